@@ -1,0 +1,48 @@
+import pg from 'pg';
+
+/**
+ * Runs one statement on its own pooled connection and cancels it on the
+ * server (pg_cancel_backend, sent over a fresh connection so an exhausted
+ * pool cannot delay it) when `signal` aborts. The pooled connection is
+ * released only after the cancel request has finished, so a late cancel can
+ * never hit the next user of that connection.
+ */
+export async function cancellableQuery(
+  pool: pg.Pool,
+  text: string,
+  values: unknown[],
+  signal?: AbortSignal,
+): Promise<pg.QueryResult> {
+  signal?.throwIfAborted();
+  const client = await pool.connect();
+  let cancelling: Promise<void> | undefined;
+  const onAbort = () => {
+    cancelling = cancelBackend(pool, (client as unknown as { processID: number }).processID);
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let broken: Error | undefined;
+  try {
+    return await client.query(text, values);
+  } catch (err) {
+    if (!(typeof err === 'object' && err !== null && 'code' in err)) broken = err as Error;
+    throw err;
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+    if (cancelling) await cancelling;
+    client.release(broken);
+  }
+}
+
+async function cancelBackend(pool: pg.Pool, pid: number): Promise<void> {
+  const options = (pool as unknown as { options: pg.ClientConfig }).options;
+  const client = new pg.Client({ ...options, application_name: 'tidemark-cancel' });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.query('SELECT pg_cancel_backend($1)', [pid]);
+  } catch {
+    // Best effort: the statement still ends by itself (it is bounded).
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}

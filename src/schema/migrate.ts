@@ -1,0 +1,113 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import { TidemarkError } from '../errors.js';
+import { DEFAULT_SCHEMA, fenceKey, quoteIdent, validateSchema } from '../db/queryable.js';
+
+/** Options for {@link migrate}. */
+export interface MigrateOptions {
+  /** Schema holding tidemark's tables and functions. Default `tidemark`. */
+  schema?: string;
+  /** List what would be applied, apply nothing. Default false. */
+  dryRun?: boolean;
+}
+
+/** One migration file, with its schema-substituted SQL. */
+export interface Migration {
+  /** The number in the file name, e.g. 1 for `0001_init.sql`. */
+  id: number;
+  /** File name, e.g. `0001_init.sql`. */
+  name: string;
+  /** SQL with the schema and fence key substituted. */
+  sql: string;
+}
+
+/** What {@link migrate} did. */
+export interface MigrateResult {
+  schema: string;
+  /** Migrations applied by this call (or, with `dryRun`, that would be). */
+  applied: Migration[];
+  /** Migrations that were already recorded. */
+  alreadyApplied: number[];
+}
+
+const MIGRATIONS_DIR = fileURLToPath(new URL('../../sql/migrations/', import.meta.url));
+const FILE_NAME = /^(\d{4})_[a-z0-9_]+\.sql$/;
+
+/** Session-level advisory lock key serialising migrators: 'tdmkmigr'. */
+const MIGRATION_LOCK_KEY = 0x74646d6b6d696772n;
+
+/** Reads the bundled migrations in order, with placeholders substituted. */
+export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<Migration[]> {
+  validateSchema(schema);
+  const names = (await readdir(MIGRATIONS_DIR)).filter((n) => FILE_NAME.test(n)).sort();
+  const migrations: Migration[] = [];
+  for (const [index, name] of names.entries()) {
+    const id = Number(FILE_NAME.exec(name)?.[1]);
+    if (id !== index + 1) {
+      throw new TidemarkError('MIGRATION_FAILED', `migration ${name} is out of sequence: expected number ${index + 1}`);
+    }
+    const text = await readFile(`${MIGRATIONS_DIR}${name}`, 'utf8');
+    const sql = text
+      .replaceAll('{{schema}}', quoteIdent(schema))
+      .replaceAll('{{fence_key}}', `(${fenceKey(schema)})::bigint`);
+    migrations.push({ id, name, sql });
+  }
+  return migrations;
+}
+
+/**
+ * Applies pending migrations in order, each in its own transaction with its
+ * history row written first. Concurrent callers are serialised by an advisory
+ * lock, so several processes may call `migrate` at once; all succeed.
+ *
+ * @example
+ * const { applied } = await migrate(pool, { schema: 'tidemark' });
+ */
+export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Promise<MigrateResult> {
+  const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
+  const migrations = await loadMigrations(schema);
+  const s = quoteIdent(schema);
+  const client = await pool.connect();
+  let locked = false;
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    locked = true;
+    const existing = await client.query<{ found: boolean }>(
+      'SELECT to_regclass($1) IS NOT NULL AS found',
+      [`${s}.migrations`],
+    );
+    const recorded = new Set<number>();
+    if (existing.rows[0]?.found) {
+      const rows = await client.query<{ id: number }>(`SELECT id FROM ${s}.migrations ORDER BY id`);
+      for (const row of rows.rows) recorded.add(row.id);
+    }
+    const pending = migrations.filter((m) => !recorded.has(m.id));
+    const result: MigrateResult = { schema, applied: [], alreadyApplied: [...recorded] };
+    if (options.dryRun) return { ...result, applied: pending };
+
+    for (const migration of pending) {
+      try {
+        await client.query('BEGIN');
+        await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+        await client.query(
+          `CREATE TABLE IF NOT EXISTS ${s}.migrations (
+             id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+        );
+        await client.query(`INSERT INTO ${s}.migrations (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
+        await client.query(migration.sql);
+        await client.query('COMMIT');
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw new TidemarkError('MIGRATION_FAILED', `migration ${migration.name} failed; nothing of it was applied`, {
+          cause: err,
+        });
+      }
+      result.applied.push(migration);
+    }
+    return result;
+  } finally {
+    if (locked) await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch(() => undefined);
+    client.release();
+  }
+}

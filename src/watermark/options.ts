@@ -1,0 +1,102 @@
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { InvalidOptionsError } from '../errors.js';
+import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import type { WatermarkProgress } from './progress.js';
+
+/** Options for {@link Watermarker}. Every duration is in milliseconds. */
+export interface WatermarkerOptions {
+  /** Schema holding tidemark's tables. Default `tidemark`. */
+  schema?: string;
+  /** Lease owner name; unique per process. Default `<hostname>:<pid>:<random>`. */
+  owner?: string;
+  /** How long a lease lasts without renewal; a standby takes over after it. Default 10000. */
+  leaseTtlMs?: number;
+  /** How often the active watermarker renews its lease; below half of `leaseTtlMs`. Default `leaseTtlMs / 3`. */
+  leaseRenewMs?: number;
+  /** Bound on a blocking wait for the exclusive fence (`lock_timeout`). Default 50. */
+  lockTimeoutMs?: number;
+  /**
+   * Consecutive try-lock misses before a step waits (bounded by
+   * `lockTimeoutMs`) for the fence. Try-locks never queue ahead of writers;
+   * the bounded wait guarantees progress under constant writer overlap.
+   * 0 means always wait. Default 3.
+   */
+  fenceTryLimit?: number;
+  /** Delay between steps while events flow. Default 5. */
+  pollMinMs?: number;
+  /** Cap of the idle back-off (the delay doubles on each idle step). Default 100. */
+  pollMaxMs?: number;
+  /** Minimum interval between durable heartbeats. Default 1000. */
+  heartbeatIntervalMs?: number;
+  /** Bound on the heartbeat's wait for its row lock. Default 5000. */
+  heartbeatTimeoutMs?: number;
+  /**
+   * Commit the fenced transaction with `synchronous_commit = on`. Default
+   * false: the fence is released without waiting for the WAL flush, which is
+   * safe (docs/PROTOCOL.md, "Asynchronous commit of the publication").
+   */
+  synchronousCommit?: boolean;
+  /** Called after every step, after commit, with the step's progress. Errors it throws are reported to `onError` and otherwise ignored. */
+  observer?: (progress: WatermarkProgress) => void;
+  /** Receives errors that do not stop the loop: step failures in `run`, heartbeat, notify and observer errors. */
+  onError?: (err: unknown) => void;
+}
+
+/** Resolved, validated and frozen watermarker options. */
+export type ResolvedWatermarkerOptions = Readonly<
+  Required<Omit<WatermarkerOptions, 'observer' | 'onError'>> & Pick<WatermarkerOptions, 'observer' | 'onError'>
+>;
+
+function integer(options: WatermarkerOptions, name: keyof WatermarkerOptions, fallback: number, min: number, max = 86_400_000): number {
+  const value = options[name] ?? fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
+export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): ResolvedWatermarkerOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidOptionsError('options', 'expected an object');
+  }
+  const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
+  const owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200 || owner.includes('\u0000')) {
+    throw new InvalidOptionsError('owner', 'expected a non-empty string of at most 200 characters without NUL');
+  }
+  const leaseTtlMs = integer(options, 'leaseTtlMs', 10_000, 20);
+  const leaseRenewMs = integer(options, 'leaseRenewMs', Math.floor(leaseTtlMs / 3), 1);
+  if (leaseRenewMs * 2 >= leaseTtlMs) {
+    throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
+  }
+  const pollMinMs = integer(options, 'pollMinMs', 5, 0);
+  const pollMaxMs = integer(options, 'pollMaxMs', 100, 0);
+  if (pollMaxMs < pollMinMs) {
+    throw new InvalidOptionsError('pollMaxMs', `must be at least pollMinMs (${pollMinMs}), got ${pollMaxMs}`);
+  }
+  for (const name of ['observer', 'onError'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') {
+      throw new InvalidOptionsError(name, 'expected a function');
+    }
+  }
+  if (options.synchronousCommit !== undefined && typeof options.synchronousCommit !== 'boolean') {
+    throw new InvalidOptionsError('synchronousCommit', 'expected a boolean');
+  }
+  return Object.freeze({
+    schema,
+    owner,
+    leaseTtlMs,
+    leaseRenewMs,
+    lockTimeoutMs: integer(options, 'lockTimeoutMs', 50, 1, 60_000),
+    fenceTryLimit: integer(options, 'fenceTryLimit', 3, 0, 1_000_000),
+    pollMinMs,
+    pollMaxMs,
+    heartbeatIntervalMs: integer(options, 'heartbeatIntervalMs', 1000, 0),
+    heartbeatTimeoutMs: integer(options, 'heartbeatTimeoutMs', 5000, 1, 600_000),
+    synchronousCommit: options.synchronousCommit ?? false,
+    observer: options.observer,
+    onError: options.onError,
+  });
+}

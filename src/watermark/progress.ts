@@ -1,0 +1,39 @@
+/**
+ * What a watermark step did.
+ * - `advanced`: published a higher safe_seq.
+ * - `idle`: nothing committed above safe_seq; the fence was not touched.
+ * - `fence_busy`: writers held the fence (a try-lock missed, or a bounded
+ *   wait hit `lockTimeoutMs`); retry later. Never an error.
+ * - `not_leader`: another owner holds the lease; this instance is a standby.
+ */
+export type StepOutcome = 'advanced' | 'idle' | 'fence_busy' | 'not_leader';
+
+/** What happened to the durable heartbeat after a step's commit. */
+export type HeartbeatOutcome = 'written' | 'throttled' | 'failed' | 'cancelled';
+
+/** The result of one {@link Watermarker.step}; also passed to the observer. */
+export interface WatermarkProgress {
+  outcome: StepOutcome;
+  /** True when this step published a higher safe_seq. */
+  advanced: boolean;
+  /** safe_seq after the step, as last seen by this instance. */
+  safeSeq: bigint;
+  /** safe_seq before the step. */
+  priorSeq: bigint;
+  /** The highest committed seq the step saw, or null if it did not look. */
+  maxSeq: bigint | null;
+  /** True when this step waited for the fence (after `fenceTryLimit` misses). */
+  blocking: boolean;
+  /** True when the bounded wait for the fence hit `lockTimeoutMs`. */
+  fenceTimedOut: boolean;
+  /** Time spent acquiring the exclusive fence, measured on the server. */
+  fenceWaitMs: number;
+  /** Time the exclusive fence was held before commit, measured on the server. */
+  fenceHoldMs: number;
+  /** This instance holds the lease. */
+  leader: boolean;
+  /** The lease holder and expiry as last seen. */
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  heartbeat: HeartbeatOutcome;
+}

@@ -1,0 +1,236 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import type pg from 'pg';
+import { ClosedError, InvalidOptionsError, SQLSTATE, sqlState } from '../errors.js';
+import { cancellableQuery } from '../db/cancellable.js';
+import { notifyChannel, quoteIdent } from '../db/queryable.js';
+import { acquireLease, acquireLeaseSql, releaseLeaseSql } from './lease.js';
+import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
+import type { HeartbeatOutcome, WatermarkProgress } from './progress.js';
+
+interface StepRow {
+  outcome: 'advanced' | 'idle' | 'busy' | 'not_leader';
+  safe_seq: string;
+  prior_seq: string;
+  max_seq: string | null;
+  wait_us: number;
+  hold_us: number;
+  lease_owner: string | null;
+  lease_expires_at: Date | null;
+}
+
+/** Options for a single {@link Watermarker.step}. */
+export interface StepOptions {
+  /** Cancels the post-commit heartbeat. The fenced section itself is bounded by `lockTimeoutMs` and always completes or aborts on its own. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The leased singleton that advances safe_seq. Run one per deployment (or
+ * several: the lease makes one active and the others standbys).
+ *
+ * @example
+ * const watermarker = new Watermarker(pool, { schema: 'tidemark' });
+ * const stop = new AbortController();
+ * const running = watermarker.run(stop.signal);
+ * // ... on shutdown:
+ * stop.abort();
+ * await running;
+ * await watermarker.close();
+ */
+export class Watermarker {
+  /** The validated, frozen options in force. */
+  readonly options: ResolvedWatermarkerOptions;
+  private readonly pool: pg.Pool;
+  private readonly sql: { lease: string; release: string; step: string; notify: string; beat: string };
+  private leader = false;
+  private leaseOwner: string | null = null;
+  private leaseExpiresAt: Date | null = null;
+  private renewDueAt = 0;
+  private safeSeq = 0n;
+  private busyStreak = 0;
+  private lastBeatAt = Number.NEGATIVE_INFINITY;
+  private closed = false;
+
+  constructor(pool: pg.Pool, options: WatermarkerOptions = {}) {
+    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
+      throw new InvalidOptionsError('pool', 'expected a pg Pool');
+    }
+    this.pool = pool;
+    this.options = resolveWatermarkerOptions(options);
+    const s = quoteIdent(this.options.schema);
+    this.sql = {
+      lease: acquireLeaseSql(this.options.schema),
+      release: releaseLeaseSql(this.options.schema),
+      step: `SELECT * FROM ${s}.watermark_step($1, $2, $3, $4)`,
+      notify: 'SELECT pg_notify($1, $2)',
+      beat: `SELECT ${s}.beat('watermarker', $1, $2, $3)`,
+    };
+  }
+
+  /** True while this instance believes it holds the lease (validated again by every publication). */
+  get isLeader(): boolean {
+    return this.leader;
+  }
+
+  /**
+   * One step: renew the lease if due (outside the fence), run the fenced
+   * section in one round trip, then, after its commit, NOTIFY consumers on
+   * advancement, call the observer and write the throttled heartbeat.
+   * A busy fence or a lost lease is an outcome, not an error.
+   */
+  async step(options: StepOptions = {}): Promise<WatermarkProgress> {
+    if (this.closed) throw new ClosedError('Watermarker');
+    const o = this.options;
+    if (!this.leader || Date.now() >= this.renewDueAt) {
+      const lease = await acquireLease(this.pool, this.sql.lease, o.owner, o.leaseTtlMs);
+      this.leader = lease.held;
+      this.leaseOwner = lease.owner;
+      this.leaseExpiresAt = lease.expiresAt;
+      if (lease.held) this.renewDueAt = Date.now() + o.leaseRenewMs;
+    }
+
+    const priorSeq = this.safeSeq;
+    let progress: WatermarkProgress;
+    if (!this.leader) {
+      progress = this.progress('not_leader', priorSeq, null, false, false, 0, 0);
+    } else {
+      const blocking = this.busyStreak >= o.fenceTryLimit;
+      try {
+        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, o.lockTimeoutMs, o.synchronousCommit]);
+        progress = this.fromRow(result.rows[0] as StepRow, blocking);
+      } catch (err) {
+        if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
+        // The bounded wait expired: the implicit transaction aborted, nothing
+        // was published, and the queued exclusive request is gone.
+        this.busyStreak = 0;
+        progress = this.progress('fence_busy', priorSeq, null, true, true, o.lockTimeoutMs, 0);
+      }
+    }
+
+    // Everything below runs after the fenced transaction committed.
+    if (progress.advanced) {
+      await this.pool.query(this.sql.notify, [notifyChannel(o.schema), progress.safeSeq.toString()]).catch((err: unknown) => this.report(err));
+    }
+    this.observe(progress);
+    progress.heartbeat = await this.heartbeat(progress, options.signal);
+    return progress;
+  }
+
+  /**
+   * Steps until `signal` aborts: every `pollMinMs` while events flow, backing
+   * off to `pollMaxMs` while idle, and at the lease renewal interval as a
+   * standby. Step errors go to `onError` and the loop goes on. Resolves (does
+   * not reject) when the signal aborts.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const o = this.options;
+    let wait = o.pollMinMs;
+    while (!signal.aborted && !this.closed) {
+      try {
+        const progress = await this.step({ signal });
+        if (progress.outcome === 'idle') wait = Math.min(Math.max(wait * 2, 1), o.pollMaxMs);
+        else if (progress.outcome === 'not_leader') wait = o.leaseRenewMs;
+        else wait = o.pollMinMs;
+      } catch (err) {
+        if (signal.aborted) break;
+        this.report(err);
+        wait = Math.min(Math.max(wait * 2, o.pollMinMs, 10), Math.max(o.pollMaxMs, 1000));
+      }
+      await delay(wait, undefined, { signal }).catch(() => undefined);
+    }
+  }
+
+  /** Releases the lease (so a standby takes over at once) and stops stepping. Idempotent; does not end the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.leader) {
+      this.leader = false;
+      await this.pool.query(this.sql.release, [this.options.owner]);
+    }
+  }
+
+  private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
+    const safeSeq = BigInt(row.safe_seq);
+    if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
+    this.leaseOwner = row.lease_owner;
+    this.leaseExpiresAt = row.lease_expires_at;
+    if (row.outcome === 'not_leader') {
+      this.leader = false;
+    }
+    this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
+    const outcome = row.outcome === 'busy' ? 'fence_busy' : row.outcome;
+    return this.progress(
+      outcome,
+      BigInt(row.prior_seq),
+      row.max_seq === null ? null : BigInt(row.max_seq),
+      blocking,
+      false,
+      row.wait_us / 1000,
+      row.hold_us / 1000,
+    );
+  }
+
+  private progress(
+    outcome: WatermarkProgress['outcome'],
+    priorSeq: bigint,
+    maxSeq: bigint | null,
+    blocking: boolean,
+    fenceTimedOut: boolean,
+    fenceWaitMs: number,
+    fenceHoldMs: number,
+  ): WatermarkProgress {
+    return {
+      outcome,
+      advanced: outcome === 'advanced',
+      safeSeq: this.safeSeq,
+      priorSeq,
+      maxSeq,
+      blocking,
+      fenceTimedOut,
+      fenceWaitMs,
+      fenceHoldMs,
+      leader: this.leader,
+      leaseOwner: this.leaseOwner,
+      leaseExpiresAt: this.leaseExpiresAt,
+      heartbeat: 'throttled',
+    };
+  }
+
+  private observe(progress: WatermarkProgress): void {
+    try {
+      this.options.observer?.({ ...progress });
+    } catch (err) {
+      this.report(err);
+    }
+  }
+
+  private async heartbeat(progress: WatermarkProgress, signal?: AbortSignal): Promise<HeartbeatOutcome> {
+    const o = this.options;
+    if (Date.now() - this.lastBeatAt < o.heartbeatIntervalMs) return 'throttled';
+    if (signal?.aborted) return 'cancelled';
+    this.lastBeatAt = Date.now();
+    const details = {
+      leader: progress.leader,
+      outcome: progress.outcome,
+      safeSeq: progress.safeSeq.toString(),
+      maxSeq: progress.maxSeq?.toString() ?? null,
+    };
+    try {
+      await cancellableQuery(this.pool, this.sql.beat, [o.owner, details, o.heartbeatTimeoutMs], signal);
+      return 'written';
+    } catch (err) {
+      if (signal?.aborted) return 'cancelled';
+      this.report(err);
+      return 'failed';
+    }
+  }
+
+  private report(err: unknown): void {
+    try {
+      this.options.onError?.(err);
+    } catch {
+      // An error handler that throws must not break the loop.
+    }
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * Per-test databases and the tools race tests are scripted with: named
+ * connections whose backend pid is known, and polling of pg_locks /
+ * pg_stat_activity until a backend reaches a given state. No sleeps.
+ */
+import { randomBytes } from 'node:crypto';
+import type { TestContext } from 'node:test';
+import pg from 'pg';
+import { fenceKey, quoteIdent } from '../../src/db/queryable.js';
+import { createPool } from '../../src/db/pool.js';
+
+const adminUrl = process.env.TIDEMARK_TEST_ADMIN_URL;
+const template = process.env.TIDEMARK_TEST_TEMPLATE;
+
+/** A connection with its backend pid, for scripting interleavings. */
+export interface Session {
+  client: pg.Client;
+  pid: number;
+  query: pg.Client['query'];
+}
+
+/** A database of this test's own, cloned from the migrated template. */
+export interface TestDb {
+  name: string;
+  url: string;
+  schema: string;
+  /** A pool on this database; ended after the test. */
+  pool(config?: pg.PoolConfig): pg.Pool;
+  /** A dedicated connection; closed after the test. */
+  session(name?: string): Promise<Session>;
+  /** A connection for observing (pg_locks, sequences); closed after the test. */
+  observer: Session;
+}
+
+let admin: pg.Pool | undefined;
+
+function adminPool(): pg.Pool {
+  if (!adminUrl || !template) {
+    throw new Error('run tests with `npm test` (test/support/run.ts prepares the server and template)');
+  }
+  admin ??= new pg.Pool({ connectionString: adminUrl, max: 2 });
+  return admin;
+}
+
+/** Creates this test's database from the template and drops it after the test. */
+export async function testDb(t: TestContext): Promise<TestDb> {
+  const pool = adminPool();
+  const name = `${template}_${randomBytes(6).toString('hex')}`;
+  await pool.query(`CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template!)}`);
+  const u = new URL(adminUrl!);
+  u.pathname = `/${name}`;
+  const url = u.toString();
+  const pools: pg.Pool[] = [];
+  const clients: pg.Client[] = [];
+
+  const session = async (label = 'session'): Promise<Session> => {
+    const client = new pg.Client({ connectionString: url, application_name: `test:${label}` });
+    client.on('error', () => undefined);
+    await client.connect();
+    clients.push(client);
+    const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    return { client, pid, query: client.query.bind(client) as pg.Client['query'] };
+  };
+
+  t.after(async () => {
+    for (const client of clients.reverse()) await client.end().catch(() => undefined);
+    for (const p of pools.reverse()) {
+      // A pool with a checked-out client never ends: fail loudly instead of hanging.
+      let timer: NodeJS.Timeout | undefined;
+      const ended = await Promise.race([
+        p.end().then(() => true, () => true),
+        new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), 10_000))),
+      ]);
+      clearTimeout(timer);
+      if (!ended) throw new Error(`a pool of test ${t.name} still has checked-out clients`);
+    }
+    await pool.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`);
+  });
+
+  return {
+    name,
+    url,
+    schema: 'tidemark',
+    pool(config = {}) {
+      const p = createPool({ connectionString: url, max: 4, ...config });
+      pools.push(p);
+      return p;
+    },
+    session,
+    observer: await session('observer'),
+  };
+}
+
+/** Ends the shared admin pool; call from a file's `after` hook. */
+export async function closeAdmin(): Promise<void> {
+  await admin?.end();
+  admin = undefined;
+}
+
+/** Polls `check` every 2 ms until it returns a truthy value, or fails after `timeoutMs`. */
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
+
+/** Waits until backend `pid` is blocked waiting for a heavyweight lock. */
+export async function waitUntilWaiting(observer: Session, pid: number, what = `backend ${pid} to wait on a lock`): Promise<void> {
+  await waitFor(what, async () => {
+    const r = await observer.query('SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted', [pid]);
+    return r.rowCount! > 0;
+  });
+}
+
+/** The fence lock rows in pg_locks for this database: who holds or waits for which side. */
+export async function fenceLocks(observer: Session, schema = 'tidemark'): Promise<{ pid: number; mode: string; granted: boolean }[]> {
+  const key = fenceKey(schema);
+  const classid = Number(BigInt.asUintN(64, key) >> 32n);
+  const objid = Number(BigInt.asUintN(32, key));
+  const r = await observer.query<{ pid: number; mode: string; granted: boolean }>(
+    `SELECT pid, mode, granted FROM pg_locks
+      WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1
+      ORDER BY pid`,
+    [classid, objid],
+  );
+  return r.rows;
+}
+
+/** The identity sequence's last allocated value (null before the first nextval). */
+export async function lastAllocatedSeq(observer: Session, schema = 'tidemark'): Promise<bigint | null> {
+  const r = await observer.query<{ last_value: string | null }>(
+    `SELECT last_value FROM pg_sequences WHERE schemaname = $1 AND sequencename = 'events_seq_seq'`,
+    [schema],
+  );
+  const v = r.rows[0]?.last_value;
+  return v === null || v === undefined ? null : BigInt(v);
+}
+
+/** The published safe_seq. */
+export async function safeSeq(observer: Session, schema = 'tidemark'): Promise<bigint> {
+  const r = await observer.query<{ safe_seq: string }>(`SELECT safe_seq FROM ${quoteIdent(schema)}.watermark`);
+  return BigInt(r.rows[0]!.safe_seq);
+}
+
+/** Inserts one event with plain SQL on `session`, returning its seq. */
+export async function insertEvent(session: Session, stream = 's', schema = 'tidemark'): Promise<bigint> {
+  const r = await session.query<{ seq: string }>(
+    `INSERT INTO ${quoteIdent(schema)}.events (stream, kind, key, payload) VALUES ($1, 'k', 'key', '{}') RETURNING seq`,
+    [stream],
+  );
+  return BigInt(r.rows[0]!.seq);
+}

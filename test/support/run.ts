@@ -1,0 +1,107 @@
+/**
+ * The test entry point (`npm test`): provides a PostgreSQL server, migrates
+ * one template database, then runs every test file in parallel under node's
+ * test runner. Each test clones the template into a database of its own.
+ *
+ * With DATABASE_URL set, that server is used (its user must be allowed to
+ * create databases); without it, an embedded PostgreSQL is started in a
+ * temporary directory and removed afterwards.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import pg from 'pg';
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../src/db/embedded.js';
+import { migrate } from '../../src/schema/migrate.js';
+import { quoteIdent } from '../../src/db/queryable.js';
+
+const root = new URL('../../', import.meta.url).pathname;
+
+async function testFiles(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const files: string[] = [];
+  for (const entry of entries) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory() && entry.name !== 'support') files.push(...(await testFiles(path)));
+    else if (entry.isFile() && entry.name.endsWith('.test.ts')) files.push(relative(root, path));
+  }
+  return files.sort();
+}
+
+function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+async function main(): Promise<number> {
+  const filters = process.argv.slice(2);
+  let files = await testFiles(join(root, 'test'));
+  if (filters.length > 0) files = files.filter((f) => filters.some((x) => f.includes(x)));
+  if (files.length === 0) {
+    console.error(`no test files match ${filters.join(' ')}`);
+    return 1;
+  }
+
+  let embedded: EmbeddedPostgresHandle | undefined;
+  let dataDir: string | undefined;
+  let adminUrl = process.env.DATABASE_URL;
+  if (!adminUrl) {
+    dataDir = await mkdtemp(join(tmpdir(), 'tidemark-test-pg-'));
+    embedded = await startEmbeddedPostgres({
+      dataDir,
+      ephemeral: true,
+      // Test data is disposable: trade durability for speed.
+      settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', max_connections: 400 },
+    });
+    adminUrl = embedded.url;
+  }
+
+  const template = `tidemark_tpl_${process.pid}_${Date.now().toString(36)}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const version = (await admin.query<{ server_version: string }>('SHOW server_version')).rows[0]?.server_version;
+  console.log(`# PostgreSQL ${version} (${embedded ? 'embedded' : 'DATABASE_URL'}); template ${template}`);
+  await admin.query(`CREATE DATABASE ${quoteIdent(template)}`);
+  const templatePool = new pg.Pool({ connectionString: withDatabase(adminUrl, template), max: 1 });
+  await migrate(templatePool);
+  await templatePool.end();
+
+  try {
+    const concurrency = process.env.TIDEMARK_TEST_CONCURRENCY ?? '4';
+    const code = await new Promise<number>((resolve) => {
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files],
+        {
+          cwd: root,
+          stdio: 'inherit',
+          env: { ...process.env, TIDEMARK_TEST_ADMIN_URL: adminUrl, TIDEMARK_TEST_TEMPLATE: template },
+        },
+      );
+      child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));
+    });
+    return code;
+  } finally {
+    // Drop the template and any database a crashed test left behind.
+    const leftovers = await admin.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE datname = $1 OR datname LIKE $2`,
+      [template, `${template}_%`],
+    );
+    for (const { datname } of leftovers.rows) {
+      await admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(datname)} WITH (FORCE)`).catch(() => undefined);
+    }
+    await admin.end();
+    await embedded?.stop();
+    if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
