@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { TestContext } from 'node:test';
 import pg from 'pg';
 import { fenceKey, quoteIdent } from '../../src/db/queryable.js';
-import { createPool } from '../../src/db/pool.js';
+import { createPool, type CreatePoolOptions } from '../../src/db/pool.js';
 
 const adminUrl = process.env.TIDEMARK_TEST_ADMIN_URL;
 const template = process.env.TIDEMARK_TEST_TEMPLATE;
@@ -25,7 +25,7 @@ export interface TestDb {
   url: string;
   schema: string;
   /** A pool on this database; ended after the test. */
-  pool(config?: pg.PoolConfig): pg.Pool;
+  pool(config?: CreatePoolOptions): pg.Pool;
   /** A dedicated connection; closed after the test. */
   session(name?: string): Promise<Session>;
   /** A connection for observing (pg_locks, sequences); closed after the test. */
@@ -148,10 +148,30 @@ export async function safeSeq(observer: Session, schema = 'tidemark'): Promise<b
 }
 
 /** Inserts one event with plain SQL on `session`, returning its seq. */
-export async function insertEvent(session: Session, stream = 's', schema = 'tidemark'): Promise<bigint> {
+export async function insertEvent(session: Pick<pg.ClientBase, 'query'>, stream = 's', schema = 'tidemark'): Promise<bigint> {
   const r = await session.query<{ seq: string }>(
     `INSERT INTO ${quoteIdent(schema)}.events (stream, kind, key, payload) VALUES ($1, 'k', 'key', '{}') RETURNING seq`,
     [stream],
   );
   return BigInt(r.rows[0]!.seq);
+}
+
+/** Waits until some backend waits for the exclusive side of the fence, and returns its pid. */
+export async function waitForExclusiveWaiter(observer: Session, schema = 'tidemark'): Promise<number> {
+  return waitFor('a watermarker waiting for the exclusive fence', async () => {
+    const locks = await fenceLocks(observer, schema);
+    return locks.find((l) => l.mode === 'ExclusiveLock' && !l.granted)?.pid;
+  });
+}
+
+/** Waits until a backend running a statement that contains `fragment` waits on a lock; returns its pid. */
+export async function waitForBlockedStatement(observer: Session, fragment: string): Promise<number> {
+  return waitFor(`a statement containing ${fragment} to wait on a lock`, async () => {
+    const r = await observer.query<{ pid: number }>(
+      `SELECT a.pid FROM pg_stat_activity a
+        WHERE a.datname = current_database() AND a.query LIKE $1 AND a.wait_event_type = 'Lock' AND a.pid <> pg_backend_pid()`,
+      [`%${fragment}%`],
+    );
+    return r.rows[0]?.pid;
+  });
 }

@@ -1,0 +1,148 @@
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { Watermarker, type WatermarkProgress } from '../../src/index.js';
+import {
+  closeAdmin,
+  fenceLocks,
+  insertEvent,
+  safeSeq,
+  testDb,
+  waitFor,
+  waitForExclusiveWaiter,
+  waitUntilWaiting,
+} from '../support/db.js';
+
+after(closeAdmin);
+
+test('the watermarker waits for a registered writer and ignores unrelated transactions and long read-only snapshots', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const wm = new Watermarker(db.pool(), { fenceTryLimit: 0, lockTimeoutMs: 60_000 });
+
+  // 1. An unrelated writer holds an xid on another table; a report holds a
+  //    REPEATABLE READ snapshot over the events table. Neither is a writer of events.
+  const unrelated = await db.session('unrelated');
+  await unrelated.query('BEGIN');
+  await unrelated.query('CREATE TABLE side (x int)');
+  await unrelated.query('INSERT INTO side VALUES (1)');
+  const report = await db.session('report');
+  await report.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+  await report.query('SELECT count(*) FROM tidemark.events');
+
+  // 2. A committed event is published at once, past both.
+  await insertEvent(await db.session('w0'));
+  const first = await wm.step();
+  assert.equal(first.outcome, 'advanced');
+  assert.equal(first.safeSeq, 1n);
+
+  // 3. A registered writer (seq 2 open) and a committed seq 3: the step waits.
+  const writer = await db.session('writer');
+  await writer.query('BEGIN');
+  assert.equal(await insertEvent(writer), 2n);
+  assert.equal(await insertEvent(await db.session('w3')), 3n);
+  const stepping = wm.step();
+  const waiter = await waitForExclusiveWaiter(observer);
+  assert.ok((await fenceLocks(observer)).some((l) => l.pid === writer.pid && l.mode === 'ShareLock' && l.granted));
+  assert.equal(await safeSeq(observer), 1n);
+
+  // 4. The writer commits; the step completes and publishes through 3.
+  await writer.query('COMMIT');
+  const second = await stepping;
+  assert.equal(second.outcome, 'advanced');
+  assert.equal(second.safeSeq, 3n);
+  assert.ok(second.blocking);
+  assert.ok(second.fenceWaitMs > 0);
+  assert.notEqual(waiter, writer.pid);
+
+  // 5. The unrelated transaction and the report are still open, and never mattered.
+  await unrelated.query('ROLLBACK');
+  await report.query('COMMIT');
+  await wm.close();
+});
+
+test('a busy fence is a reported outcome, never an error; progress follows once the writer ends', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const observed: WatermarkProgress[] = [];
+  const wm = new Watermarker(db.pool(), { fenceTryLimit: 2, lockTimeoutMs: 30, observer: (p) => observed.push(p) });
+
+  const writer = await db.session('writer');
+  await writer.query('BEGIN');
+  await insertEvent(writer); // seq 1, open
+  await insertEvent(await db.session('w2')); // seq 2, committed
+
+  // Two try-lock misses, then one bounded wait that times out.
+  const outcomes: Pick<WatermarkProgress, 'outcome' | 'blocking' | 'fenceTimedOut'>[] = [];
+  for (let i = 0; i < 3; i++) {
+    const p = await wm.step();
+    outcomes.push({ outcome: p.outcome, blocking: p.blocking, fenceTimedOut: p.fenceTimedOut });
+  }
+  assert.deepEqual(outcomes, [
+    { outcome: 'fence_busy', blocking: false, fenceTimedOut: false },
+    { outcome: 'fence_busy', blocking: false, fenceTimedOut: false },
+    { outcome: 'fence_busy', blocking: true, fenceTimedOut: true },
+  ]);
+  assert.deepEqual(observed.map((p) => p.outcome), ['fence_busy', 'fence_busy', 'fence_busy']);
+  assert.equal(await safeSeq(observer), 0n);
+  assert.deepEqual((await fenceLocks(observer)).map((l) => l.mode), ['ShareLock'], 'the timed-out request left the queue');
+
+  await writer.query('COMMIT');
+  const progress = await wm.step();
+  assert.equal(progress.outcome, 'advanced');
+  assert.equal(progress.safeSeq, 2n);
+  await wm.close();
+});
+
+test('terminating the watermarker backend mid-wait unblocks queued writers and safe_seq never regresses', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const pool = db.pool();
+  const wm = new Watermarker(pool, { fenceTryLimit: 0, lockTimeoutMs: 60_000 });
+  await insertEvent(await db.session('w0'));
+  assert.equal((await wm.step()).safeSeq, 1n);
+
+  // 1. A writer holds seq 2 open, seq 3 commits, and the step queues.
+  const w1 = await db.session('w1');
+  await w1.query('BEGIN');
+  assert.equal(await insertEvent(w1), 2n);
+  assert.equal(await insertEvent(await db.session('w3')), 3n);
+  const stepping = wm.step().then(() => undefined, (err: unknown) => err);
+  const wmPid = await waitForExclusiveWaiter(observer);
+
+  // 2. Another writer queues behind the exclusive request.
+  const w2 = await db.session('w2');
+  const w2Insert = insertEvent(w2);
+  await waitUntilWaiting(observer, w2.pid);
+
+  // 3. The watermarker's backend dies: the step fails, the queued writer proceeds.
+  await observer.query('SELECT pg_terminate_backend($1)', [wmPid]);
+  assert.equal(((await stepping) as { code?: string }).code, '57P01');
+  assert.equal(await w2Insert, 4n);
+  assert.equal(await safeSeq(observer), 1n);
+
+  // 4. After the writer commits, a new step (on a new connection) publishes.
+  await w1.query('COMMIT');
+  const progress = await wm.step();
+  assert.equal(progress.outcome, 'advanced');
+  assert.equal(progress.safeSeq, 4n);
+  await wm.close();
+});
+
+test('writer pools end abandoned transactions, releasing the shared fence', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const writers = db.pool({ idleInTransactionTimeoutMs: 100 });
+  const setting = await writers.query('SHOW idle_in_transaction_session_timeout');
+  assert.equal(setting.rows[0].idle_in_transaction_session_timeout, '100ms');
+  const defaults = await db.pool().query('SHOW idle_in_transaction_session_timeout');
+  assert.equal(defaults.rows[0].idle_in_transaction_session_timeout, '1min');
+
+  const client = await writers.connect();
+  client.on('error', () => undefined);
+  await client.query('BEGIN');
+  await insertEvent(client);
+  assert.equal((await fenceLocks(observer)).length, 1);
+  // The abandoned writer is ended by the server, and its shared fence with it.
+  await waitFor('the abandoned writer to be ended', async () => (await fenceLocks(observer)).length === 0);
+  client.release(true);
+});
