@@ -126,6 +126,7 @@ DECLARE
   v_new     bigint;
   v_t0      timestamptz;
   v_t1      timestamptz;
+  v_t2      timestamptz;
 BEGIN
   -- Each statement below must see a snapshot taken after the one before it;
   -- only READ COMMITTED gives a fresh snapshot per statement in a function.
@@ -149,6 +150,11 @@ BEGIN
     RETURN;
   END IF;
 
+  -- Fence-free preparation: the commit mode of this transaction.
+  IF NOT p_synchronous_commit THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+
   -- The exclusive side. Try first, so a step never queues ahead of writers;
   -- block (bounded by lock_timeout) only when the caller asks.
   v_t0 := clock_timestamp();
@@ -158,24 +164,27 @@ BEGIN
         (extract(epoch FROM clock_timestamp() - v_t0) * 1e6)::float8, 0::float8, v_owner, v_expires;
       RETURN;
     END IF;
+    -- About to wait anyway: take the xid the publication needs now, so the
+    -- exclusive section does not queue for XidGenLock behind committing
+    -- writers. (A try-lock miss above burns no xid.)
+    PERFORM pg_current_xact_id();
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
     PERFORM pg_advisory_xact_lock({{fence_key}});
   END IF;
   v_t1 := clock_timestamp();
 
   -- Exclusive section: no writer holds the shared side, so every allocated
-  -- seq belongs to a finished transaction, and this fresh snapshot sees all
-  -- committed ones.
-  IF NOT p_synchronous_commit THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
-  END IF;
-  SELECT max(e.seq) INTO v_max FROM {{schema}}.events e;
+  -- seq belongs to a finished transaction, and this statement's snapshot,
+  -- taken now, sees all committed ones. One statement: candidate read and
+  -- monotonic, lease-checked publication.
   UPDATE {{schema}}.watermark w
-     SET safe_seq = v_max, updated_at = v_t1
+     SET safe_seq = m.max_seq, updated_at = v_t1
+    FROM (SELECT max(e.seq) AS max_seq FROM {{schema}}.events e) m
    WHERE w.lease_owner = p_owner
      AND w.lease_expires_at > clock_timestamp()
-     AND w.safe_seq < v_max
+     AND w.safe_seq < m.max_seq
   RETURNING w.safe_seq INTO v_new;
+  v_t2 := clock_timestamp();
 
   IF v_new IS NULL THEN
     SELECT w.safe_seq, w.lease_owner, w.lease_expires_at
@@ -186,14 +195,14 @@ BEGIN
            THEN 'not_leader' ELSE 'idle' END,
       v_prior, v_prior, v_max,
       (extract(epoch FROM v_t1 - v_t0) * 1e6)::float8,
-      (extract(epoch FROM clock_timestamp() - v_t1) * 1e6)::float8,
+      (extract(epoch FROM v_t2 - v_t1) * 1e6)::float8,
       v_owner, v_expires;
     RETURN;
   END IF;
 
-  RETURN QUERY SELECT 'advanced', v_new, v_prior, v_max,
+  RETURN QUERY SELECT 'advanced', v_new, v_prior, v_new,
     (extract(epoch FROM v_t1 - v_t0) * 1e6)::float8,
-    (extract(epoch FROM clock_timestamp() - v_t1) * 1e6)::float8,
+    (extract(epoch FROM v_t2 - v_t1) * 1e6)::float8,
     v_owner, v_expires;
 END
 $$;
