@@ -26,7 +26,9 @@ CREATE INDEX events_stream_seq ON {{schema}}.events (stream, seq);
 CREATE FUNCTION {{schema}}.take_shared_fence() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_advisory_xact_lock_shared({{fence_key}});
+  -- Schema-qualified: a writer's search_path must not be able to swap the
+  -- lock function for a no-op.
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared({{fence_key}});
   RETURN NULL;
 END
 $$;
@@ -152,13 +154,16 @@ BEGIN
 
   -- Fence-free preparation: the commit mode of this transaction.
   IF NOT p_synchronous_commit THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
   END IF;
 
   -- The exclusive side. Try first, so a step never queues ahead of writers;
   -- block (bounded by lock_timeout) only when the caller asks.
+  -- lock_timeout also bounds the row-lock wait of the publishing UPDATE, so
+  -- the exclusive fence is never held behind an unbounded wait.
+  PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text, true);
   v_t0 := clock_timestamp();
-  IF NOT pg_try_advisory_xact_lock({{fence_key}}) THEN
+  IF NOT pg_catalog.pg_try_advisory_xact_lock({{fence_key}}) THEN
     IF NOT p_block THEN
       RETURN QUERY SELECT 'busy', v_prior, v_prior, v_max,
         (extract(epoch FROM clock_timestamp() - v_t0) * 1e6)::float8, 0::float8, v_owner, v_expires;
@@ -167,9 +172,8 @@ BEGIN
     -- About to wait anyway: take the xid the publication needs now, so the
     -- exclusive section does not queue for XidGenLock behind committing
     -- writers. (A try-lock miss above burns no xid.)
-    PERFORM pg_current_xact_id();
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
-    PERFORM pg_advisory_xact_lock({{fence_key}});
+    PERFORM pg_catalog.pg_current_xact_id();
+    PERFORM pg_catalog.pg_advisory_xact_lock({{fence_key}});
   END IF;
   v_t1 := clock_timestamp();
 
@@ -220,7 +224,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_at timestamptz := clock_timestamp();
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
+  PERFORM pg_catalog.set_config('lock_timeout', p_lock_timeout_ms::text, true);
   INSERT INTO {{schema}}.heartbeats AS h (operation, owner, beat_at, details)
   VALUES (p_operation, p_owner, v_at, p_details)
   ON CONFLICT (operation, owner) DO UPDATE

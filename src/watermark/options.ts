@@ -20,7 +20,10 @@ export interface WatermarkerOptions {
    * Consecutive try-lock misses before a step waits (bounded by
    * `lockTimeoutMs`) for the fence. Try-locks never queue ahead of writers;
    * the bounded wait guarantees progress under constant writer overlap.
-   * 0 means always wait. Default 3.
+   * After a wait times out, the number of misses before the next wait
+   * doubles (capped at 1024) until a step succeeds, so one long writer does
+   * not make every new writer queue again and again. 0 means always wait.
+   * Default 3.
    */
   fenceTryLimit?: number;
   /** Delay between steps while events flow. Default 5. */

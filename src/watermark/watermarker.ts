@@ -48,6 +48,8 @@ export class Watermarker {
   private renewDueAt = 0;
   private safeSeq = 0n;
   private busyStreak = 0;
+  /** Try-lock misses before the next bounded wait; doubles after each timed-out wait. */
+  private blockAfter: number;
   private lastBeatAt = Number.NEGATIVE_INFINITY;
   private closed = false;
 
@@ -57,6 +59,7 @@ export class Watermarker {
     }
     this.pool = pool;
     this.options = resolveWatermarkerOptions(options);
+    this.blockAfter = this.options.fenceTryLimit;
     const s = quoteIdent(this.options.schema);
     this.sql = {
       lease: acquireLeaseSql(this.options.schema),
@@ -94,15 +97,18 @@ export class Watermarker {
     if (!this.leader) {
       progress = this.progress('not_leader', priorSeq, null, false, false, 0, 0);
     } else {
-      const blocking = this.busyStreak >= o.fenceTryLimit;
+      const blocking = this.busyStreak >= this.blockAfter;
       try {
         const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, o.lockTimeoutMs, o.synchronousCommit]);
         progress = this.fromRow(result.rows[0] as StepRow, blocking);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
         // The bounded wait expired: the implicit transaction aborted, nothing
-        // was published, and the queued exclusive request is gone.
+        // was published, and the queued exclusive request is gone. A writer
+        // that outlasts one wait may outlast the next: space the waits out
+        // (each one briefly queues new writers), back to normal on success.
         this.busyStreak = 0;
+        this.blockAfter = Math.min(this.blockAfter * 2 + 1, 1024);
         progress = this.progress('fence_busy', priorSeq, null, true, true, o.lockTimeoutMs, 0);
       }
     }
@@ -159,6 +165,7 @@ export class Watermarker {
       this.leader = false;
     }
     this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
+    if (row.outcome !== 'busy') this.blockAfter = this.options.fenceTryLimit;
     const outcome = row.outcome === 'busy' ? 'fence_busy' : row.outcome;
     return this.progress(
       outcome,

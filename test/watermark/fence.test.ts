@@ -86,11 +86,29 @@ test('a busy fence is a reported outcome, never an error; progress follows once 
   assert.equal(await safeSeq(observer), 0n);
   assert.deepEqual((await fenceLocks(observer)).map((l) => l.mode), ['ShareLock'], 'the timed-out request left the queue');
 
+  // After the timeout, the next wait comes only after 2 * 2 + 1 = 5 misses.
+  const spaced: boolean[] = [];
+  for (let i = 0; i < 6; i++) spaced.push((await wm.step()).blocking);
+  assert.deepEqual(spaced, [false, false, false, false, false, true]);
+
   await writer.query('COMMIT');
   const progress = await wm.step();
   assert.equal(progress.outcome, 'advanced');
   assert.equal(progress.safeSeq, 2n);
   await wm.close();
+});
+
+test('a writer cannot skip the fence by shadowing the lock function on its search_path', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  await observer.query('CREATE SCHEMA evil');
+  await observer.query(`CREATE FUNCTION evil.pg_advisory_xact_lock_shared(bigint) RETURNS void LANGUAGE sql AS ''`);
+  const writer = await db.session('writer');
+  await writer.query('SET search_path = evil, pg_catalog');
+  await writer.query('BEGIN');
+  await insertEvent(writer);
+  assert.ok((await fenceLocks(observer)).some((l) => l.pid === writer.pid && l.mode === 'ShareLock' && l.granted));
+  await writer.query('ROLLBACK');
 });
 
 test('terminating the watermarker backend mid-wait unblocks queued writers and safe_seq never regresses', async (t) => {
