@@ -5,11 +5,9 @@
 
 /** Stable error codes. Each is documented in docs/ERRORS.md. */
 export type TidemarkErrorCode =
-  | 'INVALID_ARGUMENT'
   | 'INVALID_EVENT'
   | 'INVALID_OPTIONS'
   | 'MIGRATION_FAILED'
-  | 'WATERMARK_STEP_FAILED'
   | 'CLOSED';
 
 /** Base class for every error tidemark throws on purpose. */

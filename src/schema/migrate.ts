@@ -107,7 +107,14 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
     }
     return result;
   } finally {
-    if (locked) await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch(() => undefined);
-    client.release();
+    // A connection that may still hold the session-level migration lock must
+    // not go back to the pool, or every later migrate() would wait on it.
+    let unlockError: Error | undefined;
+    if (locked) {
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch((err: Error) => {
+        unlockError = err;
+      });
+    }
+    client.release(unlockError);
   }
 }
