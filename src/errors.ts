@@ -8,7 +8,12 @@ export type TidemarkErrorCode =
   | 'INVALID_EVENT'
   | 'INVALID_OPTIONS'
   | 'MIGRATION_FAILED'
-  | 'CLOSED';
+  | 'CLOSED'
+  | 'RESYNC_REQUIRED'
+  | 'CURSOR_CONTENTION'
+  | 'HANDLER_FAILED'
+  | 'FENCE_BUSY'
+  | 'CONNECTION_LOST';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -53,6 +58,89 @@ export class ClosedError extends TidemarkError {
   }
 }
 
+/**
+ * Retention removed events of `stream` above the consumer's cursor: paging on
+ * would silently skip them. Rebuild with `StreamClient.bootstrap`, then tail
+ * again. The cursor row records `resync_count` and `last_resync_at`.
+ */
+export class ResyncRequiredError extends TidemarkError {
+  readonly consumer: string;
+  readonly stream: string;
+  /** The consumer's cursor when the gap was found. */
+  readonly cursor: bigint;
+  /** The stream's horizon: the greatest seq removed by retention. */
+  readonly prunedThrough: bigint;
+
+  constructor(consumer: string, stream: string, cursor: bigint, prunedThrough: bigint) {
+    super(
+      'RESYNC_REQUIRED',
+      `consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)} is at seq ${cursor}, ` +
+        `but retention removed events through seq ${prunedThrough}; rebuild with bootstrap(), then tail again`,
+    );
+    this.consumer = consumer;
+    this.stream = stream;
+    this.cursor = cursor;
+    this.prunedThrough = prunedThrough;
+  }
+}
+
+/**
+ * Another tailer or bootstrap holds this (consumer, stream) cursor. Exactly
+ * one may run at a time. Retryable: the other one may stop.
+ */
+export class CursorContentionError extends TidemarkError {
+  readonly consumer: string;
+  readonly stream: string;
+
+  constructor(consumer: string, stream: string, options?: { cause?: unknown }) {
+    super(
+      'CURSOR_CONTENTION',
+      `consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)} is held by another tailer or bootstrap`,
+      options,
+    );
+    this.consumer = consumer;
+    this.stream = stream;
+  }
+}
+
+/**
+ * A handler threw. The page was rolled back, so the event at `seq` and the
+ * rest of its page are delivered again when the consumer restarts. The
+ * handler's own error is `cause`, unchanged.
+ */
+export class HandlerError extends TidemarkError {
+  readonly consumer: string;
+  readonly stream: string;
+  /** The event whose handler threw. */
+  readonly seq: bigint;
+
+  constructor(consumer: string, stream: string, seq: bigint, cause: unknown) {
+    super('HANDLER_FAILED', `handler of consumer ${JSON.stringify(consumer)} failed on seq ${seq}: ${describe(cause)}`, { cause });
+    this.consumer = consumer;
+    this.stream = stream;
+    this.seq = seq;
+  }
+}
+
+/** The exclusive fence could not be taken within the allowed time (writers kept it busy). Retryable. */
+export class FenceBusyError extends TidemarkError {
+  constructor(what: string, waitedMs: number) {
+    super('FENCE_BUSY', `${what}: the fence stayed busy for ${waitedMs} ms; long-running writers hold it. Retry later.`);
+  }
+}
+
+/** A connection tidemark was using ended under it (server restart, network, terminated backend). Retryable. */
+export class ConnectionLostError extends TidemarkError {
+  constructor(what: string, cause?: unknown) {
+    super('CONNECTION_LOST', `${what}: the database connection was lost`, { cause });
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) return `${err.name}${'code' in err && typeof err.code === 'string' ? ` ${err.code}` : ''}`;
+  return typeof err;
+}
+
 /** Meaning of the PostgreSQL SQLSTATEs tidemark reacts to. The one table. */
 export const SQLSTATE = {
   lockNotAvailable: '55P03',
@@ -65,6 +153,55 @@ export const SQLSTATE = {
   tooManyConnections: '53300',
   uniqueViolation: '23505',
 } as const;
+
+/** SQLSTATEs after which the same operation may succeed when simply run again. */
+const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
+  SQLSTATE.serializationFailure,
+  SQLSTATE.deadlockDetected,
+  SQLSTATE.lockNotAvailable,
+  SQLSTATE.tooManyConnections,
+  SQLSTATE.adminShutdown,
+  SQLSTATE.crashShutdown,
+  SQLSTATE.cannotConnectNow,
+]);
+
+/** Socket-level failures from Node: the server or network went away; retrying may reconnect. */
+const RETRYABLE_SYSTEM_ERRORS: ReadonlySet<string> = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+]);
+
+/**
+ * Whether running the failed operation again may succeed. True for
+ * connection failures (SQLSTATE class 08, socket errors, `CONNECTION_LOST`),
+ * serialization failures, deadlocks, lock timeouts, too many connections,
+ * server shutdown and start-up, cursor contention and a busy fence. False for
+ * everything else, in particular cancellation and aborts, `RESYNC_REQUIRED`
+ * (retrying cannot help: bootstrap), invalid options or events, and handler
+ * errors (`HANDLER_FAILED`: the handler decides what its own errors mean).
+ *
+ * @example
+ * try { await client.tail('billing', 'orders', handle, { signal }); }
+ * catch (err) { if (!isRetryable(err)) throw err; }
+ */
+export function isRetryable(err: unknown): boolean {
+  if (err instanceof TidemarkError) {
+    return err.code === 'CURSOR_CONTENTION' || err.code === 'FENCE_BUSY' || err.code === 'CONNECTION_LOST';
+  }
+  if (err instanceof AggregateError) return err.errors.some(isRetryable); // happy-eyeballs connect
+  // Socket errors first: 'EPIPE' is also five capitals, like a SQLSTATE.
+  if (typeof err === 'object' && err !== null && 'syscall' in err && 'code' in err && typeof err.code === 'string') {
+    return RETRYABLE_SYSTEM_ERRORS.has(err.code);
+  }
+  const state = sqlState(err);
+  return state !== undefined && (state.startsWith('08') || RETRYABLE_SQLSTATES.has(state));
+}
 
 /** The SQLSTATE of a PostgreSQL error, if `err` is one. */
 export function sqlState(err: unknown): string | undefined {

@@ -10,9 +10,29 @@ export { Watermarker } from './watermark/watermarker.js';
 export type { StepOptions } from './watermark/watermarker.js';
 export type { WatermarkerOptions, ResolvedWatermarkerOptions } from './watermark/options.js';
 export type { WatermarkProgress, StepOutcome, HeartbeatOutcome } from './watermark/progress.js';
+export { StreamClient } from './consumer/stream-client.js';
+export type { TailOptions, DrainOptions, DrainResult } from './consumer/stream-client.js';
+export type { StreamClientOptions, ResolvedStreamClientOptions } from './consumer/options.js';
+export type { BootstrapSnapshot } from './consumer/bootstrap.js';
+export type { StreamEvent, Transaction, Handler, HandlerContext, WakeReason, ConsumerEvent } from './consumer/events.js';
+export { Pruner } from './retention/pruner.js';
+export type { PruneResult } from './retention/pruner.js';
+export { DEFAULT_RETENTION_MS, MIN_RETENTION_MS } from './retention/options.js';
+export type { PrunerOptions, ResolvedPrunerOptions } from './retention/options.js';
 export { createPool } from './db/pool.js';
 export type { CreatePoolOptions } from './db/pool.js';
 export { DEFAULT_SCHEMA, fenceKey, notifyChannel } from './db/queryable.js';
 export type { Queryable } from './db/queryable.js';
-export { TidemarkError, InvalidOptionsError, InvalidEventError, ClosedError } from './errors.js';
+export {
+  TidemarkError,
+  InvalidOptionsError,
+  InvalidEventError,
+  ClosedError,
+  ResyncRequiredError,
+  CursorContentionError,
+  HandlerError,
+  FenceBusyError,
+  ConnectionLostError,
+  isRetryable,
+} from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

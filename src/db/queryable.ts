@@ -39,8 +39,22 @@ export function quoteIdent(name: string): string {
  * independent fences; the key is written into the schema's SQL at migration.
  */
 export function fenceKey(schema: string): bigint {
+  return advisoryKey(`tidemark.fence:${schema}`);
+}
+
+/**
+ * The advisory-lock key a tailer or bootstrap holds for one cursor, so that
+ * exactly one runs per (consumer, stream). Distinct from every fence key
+ * unless a 64-bit hash collides.
+ */
+export function cursorKey(schema: string, consumer: string, stream: string): bigint {
+  return advisoryKey(`tidemark.cursor:${schema}\u0000${consumer}\u0000${stream}`);
+}
+
+/** Signed 64-bit FNV-1a of a label's UTF-8 bytes: a bigint advisory-lock key. */
+function advisoryKey(label: string): bigint {
   let hash = 0xcbf29ce484222325n;
-  for (const byte of Buffer.from(`tidemark.fence:${schema}`, 'utf8')) {
+  for (const byte of Buffer.from(label, 'utf8')) {
     hash ^= BigInt(byte);
     hash = (hash * 0x100000001b3n) & 0xffffffffffffffffn;
   }

@@ -30,6 +30,8 @@ export interface TestDb {
   session(name?: string): Promise<Session>;
   /** A connection for observing (pg_locks, sequences); closed after the test. */
   observer: Session;
+  /** Runs `fn` after the test, before its connections and pools close (last deferred, first run). */
+  defer(fn: () => Promise<unknown> | unknown): void;
 }
 
 let admin: pg.Pool | undefined;
@@ -52,6 +54,7 @@ export async function testDb(t: TestContext): Promise<TestDb> {
   const url = u.toString();
   const pools: pg.Pool[] = [];
   const clients: pg.Client[] = [];
+  const deferred: (() => Promise<unknown> | unknown)[] = [];
 
   const session = async (label = 'session'): Promise<Session> => {
     const client = new pg.Client({ connectionString: url, application_name: `test:${label}` });
@@ -63,7 +66,9 @@ export async function testDb(t: TestContext): Promise<TestDb> {
   };
 
   t.after(async () => {
+    for (const fn of deferred.reverse()) await fn();
     for (const client of clients.reverse()) await client.end().catch(() => undefined);
+    let leaked = false;
     for (const p of pools.reverse()) {
       // A pool with a checked-out client never ends: fail loudly instead of hanging.
       let timer: NodeJS.Timeout | undefined;
@@ -72,9 +77,12 @@ export async function testDb(t: TestContext): Promise<TestDb> {
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), 10_000))),
       ]);
       clearTimeout(timer);
-      if (!ended) throw new Error(`a pool of test ${t.name} still has checked-out clients`);
+      leaked ||= !ended;
     }
+    // Dropped even after a leak (FORCE ends its sessions), so one failed test
+    // leaves nothing behind for the next.
     await pool.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`);
+    if (leaked) throw new Error(`a pool of test ${t.name} still had checked-out clients`);
   });
 
   return {
@@ -88,6 +96,7 @@ export async function testDb(t: TestContext): Promise<TestDb> {
     },
     session,
     observer: await session('observer'),
+    defer: (fn) => void deferred.push(fn),
   };
 }
 

@@ -1,0 +1,61 @@
+import type pg from 'pg';
+import type { JsonObject } from '../outbox/append.js';
+
+/** One event as delivered to a handler. */
+export interface StreamEvent {
+  /** Global, gap-free delivery order. */
+  seq: bigint;
+  stream: string;
+  kind: string;
+  key: string;
+  payload: JsonObject;
+  headers: JsonObject;
+  /** When the writer's transaction started (`now()` at insert). */
+  occurredAt: Date;
+}
+
+/**
+ * The page's open REPEATABLE READ transaction. Write the handler's effects
+ * with it so they commit atomically with the cursor. Do not COMMIT or
+ * ROLLBACK through it: the stream client ends the transaction.
+ */
+export interface Transaction {
+  query: pg.ClientBase['query'];
+}
+
+/** What a handler receives besides the event and the transaction. */
+export interface HandlerContext {
+  consumer: string;
+  stream: string;
+  /** The tail's signal: long handlers should stop when it aborts. */
+  signal: AbortSignal;
+}
+
+/**
+ * Applies one event. Runs inside the page's transaction; throwing rolls the
+ * whole page back and ends the tail with a `HandlerError`.
+ */
+export type Handler = (event: StreamEvent, tx: Transaction, context: HandlerContext) => unknown;
+
+/** Why a tailer paged: first page, the previous page was full, a notification, the poll interval, or the listener (re)connected. */
+export type WakeReason = 'start' | 'full' | 'notify' | 'poll' | 'listener';
+
+/** Events a {@link StreamClient} reports to its `observer`. */
+export type ConsumerEvent =
+  | {
+      type: 'page';
+      consumer: string;
+      stream: string;
+      /** Events whose handlers ran and whose effects committed with the cursor. */
+      delivered: number;
+      /** The cursor after the page. */
+      cursor: bigint;
+      /** The safe_seq the page read. */
+      safeSeq: bigint;
+      wake: WakeReason;
+    }
+  | { type: 'resync'; consumer: string; stream: string; cursor: bigint; prunedThrough: bigint }
+  | { type: 'listener:listening' }
+  | { type: 'listener:notification'; safeSeq: bigint }
+  | { type: 'listener:error'; error: unknown; attempt: number; retryInMs: number }
+  | { type: 'listener:stopped' };

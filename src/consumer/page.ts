@@ -1,0 +1,160 @@
+import { ConnectionLostError, CursorContentionError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
+import { quoteIdent } from '../db/queryable.js';
+import type { CursorHold } from './cursor-hold.js';
+import type { Handler, StreamEvent, Transaction } from './events.js';
+
+/** The statements of one page, for one schema. */
+export interface PageSql {
+  begin: (lockTimeoutMs: number) => string;
+  read: string;
+  advance: string;
+  resync: string;
+  ensureCursor: string;
+}
+
+/**
+ * Builds the page statements. `read` is the heart of delivery: in one
+ * statement, so in one snapshot, it locks the cursor row, reads the stream's
+ * horizon and safe_seq, and pages `cursor < seq <= safe_seq` in seq order.
+ * It returns no row when the cursor row does not exist, one row with NULL
+ * event columns for an empty page, and otherwise one row per event. It reads
+ * no event when the horizon is above the cursor (the caller raises a resync).
+ */
+export function pageSql(schema: string): PageSql {
+  const s = quoteIdent(schema);
+  return {
+    // Literal: validated integer. SET LOCAL bounds the cursor row lock wait.
+    begin: (lockTimeoutMs) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
+    read: `WITH cur AS (
+  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR UPDATE
+), hdr AS (
+  SELECT cur.seq AS cursor_seq, w.safe_seq, coalesce(h.pruned_through_seq, 0) AS pruned_through
+    FROM cur CROSS JOIN ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2
+)
+SELECT hdr.cursor_seq, hdr.safe_seq, hdr.pruned_through,
+       e.seq, e.kind, e.key, e.payload, e.headers, e.occurred_at
+  FROM hdr LEFT JOIN LATERAL (
+    SELECT ev.seq, ev.kind, ev.key, ev.payload, ev.headers, ev.occurred_at
+      FROM ${s}.events ev
+     WHERE ev.stream = $2 AND ev.seq > hdr.cursor_seq AND ev.seq <= hdr.safe_seq
+       AND hdr.pruned_through <= hdr.cursor_seq
+     ORDER BY ev.seq
+     LIMIT $3
+  ) e ON true
+ ORDER BY e.seq`,
+    advance: `UPDATE ${s}.cursors SET seq = $3, updated_at = now() WHERE consumer = $1 AND stream = $2`,
+    resync: `UPDATE ${s}.cursors SET resync_count = resync_count + 1, last_resync_at = now() WHERE consumer = $1 AND stream = $2`,
+    ensureCursor: `INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`,
+  };
+}
+
+interface PageRow {
+  cursor_seq: string;
+  safe_seq: string;
+  pruned_through: string;
+  seq: string | null;
+  kind: string;
+  key: string;
+  payload: StreamEvent['payload'];
+  headers: StreamEvent['headers'];
+  occurred_at: Date;
+}
+
+/** What one page did. */
+export interface PageResult {
+  /** False when the cursor row did not exist; the caller creates it and pages again. */
+  found: boolean;
+  delivered: number;
+  cursor: bigint;
+  safeSeq: bigint;
+  /** The page had `limit` events: page again at once. */
+  full: boolean;
+}
+
+/**
+ * One page in one REPEATABLE READ transaction on the hold's connection:
+ * read, run the handler on each event, advance the cursor, commit.
+ *
+ * - Horizon above the cursor: the resync is counted in a committed
+ *   transaction, then `ResyncRequiredError`.
+ * - Handler error: the page rolls back, then `HandlerError` with the
+ *   handler's error as `cause` (or the abort reason itself, when the handler
+ *   threw exactly that; or `ConnectionLostError`, when the connection died).
+ * - Abort between events: the handled prefix commits with the cursor at its
+ *   last event, then the abort reason is thrown.
+ */
+export async function runPage(
+  hold: CursorHold,
+  sql: PageSql,
+  limit: number,
+  lockTimeoutMs: number,
+  handler: Handler,
+  signal: AbortSignal,
+): Promise<PageResult> {
+  const { client, consumer, stream } = hold;
+  const statement = async <T>(run: () => Promise<T>): Promise<T> => {
+    try {
+      return await run();
+    } catch (err) {
+      const translated = hold.translate(err);
+      await hold.rollback();
+      const state = sqlState(err);
+      if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
+        // Someone outside tidemark's cursor lock holds or changed the cursor row.
+        throw new CursorContentionError(consumer, stream, { cause: err });
+      }
+      throw translated;
+    }
+  };
+
+  await statement(() => client.query(sql.begin(lockTimeoutMs)));
+  const rows = (await statement(() => client.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
+  const head = rows[0];
+  if (!head) {
+    await statement(() => client.query('ROLLBACK'));
+    return { found: false, delivered: 0, cursor: 0n, safeSeq: 0n, full: false };
+  }
+  const cursor = BigInt(head.cursor_seq);
+  const safeSeq = BigInt(head.safe_seq);
+  const prunedThrough = BigInt(head.pruned_through);
+  if (prunedThrough > cursor) {
+    await statement(() => client.query(sql.resync, [consumer, stream]));
+    await statement(() => client.query('COMMIT'));
+    throw new ResyncRequiredError(consumer, stream, cursor, prunedThrough);
+  }
+
+  const tx: Transaction = { query: client.query.bind(client) as Transaction['query'] };
+  const context = { consumer, stream, signal };
+  let handled = cursor;
+  let delivered = 0;
+  for (const row of rows) {
+    if (row.seq === null) break;
+    if (signal.aborted) break;
+    const event: StreamEvent = {
+      seq: BigInt(row.seq),
+      stream,
+      kind: row.kind,
+      key: row.key,
+      payload: row.payload,
+      headers: row.headers,
+      occurredAt: row.occurred_at,
+    };
+    try {
+      await handler(event, tx, context);
+    } catch (err) {
+      await hold.rollback();
+      if (signal.aborted && err === signal.reason) throw err;
+      // The page's connection died under the handler (its ROLLBACK failed
+      // too): a retryable loss, whatever error the handler surfaced.
+      if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
+      throw new HandlerError(consumer, stream, event.seq, err);
+    }
+    handled = event.seq;
+    delivered += 1;
+  }
+
+  if (handled > cursor) await statement(() => client.query(sql.advance, [consumer, stream, handled.toString()]));
+  await statement(() => client.query('COMMIT'));
+  if (signal.aborted) throw signal.reason;
+  return { found: true, delivered, cursor: handled, safeSeq, full: rows.length >= limit && rows[0]!.seq !== null };
+}

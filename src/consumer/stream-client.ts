@@ -1,0 +1,267 @@
+import type pg from 'pg';
+import { ClosedError, InvalidOptionsError } from '../errors.js';
+import { notifyChannel } from '../db/queryable.js';
+import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
+import { CursorHold } from './cursor-hold.js';
+import type { ConsumerEvent, Handler, WakeReason } from './events.js';
+import { Listener } from './listener.js';
+import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
+import { pageSql, runPage, type PageSql } from './page.js';
+
+/** Options for {@link StreamClient.tail}. */
+export interface TailOptions {
+  /** Ends the tail: it rejects with `signal.reason` once the current handler returns. */
+  signal?: AbortSignal;
+}
+
+/** Options for {@link StreamClient.drain}. */
+export interface DrainOptions extends TailOptions {
+  /** Deliver at most this many events. Default: no limit. */
+  maxEvents?: number;
+}
+
+/** What {@link StreamClient.drain} delivered. */
+export interface DrainResult {
+  delivered: number;
+  /** The cursor after the drain. */
+  cursor: bigint;
+  /** The safe_seq the last page read. */
+  safeSeq: bigint;
+}
+
+/** How often a page finds the cursor row missing (first use, or deleted meanwhile) before giving up. */
+const CURSOR_CREATE_ATTEMPTS = 3;
+
+/**
+ * Follows streams below safe_seq with durable cursors: ordered, exactly once
+ * per (consumer, stream), never a gap that later fills.
+ *
+ * Each page is one REPEATABLE READ transaction that locks the cursor row,
+ * checks the stream's retention horizon, reads safe_seq, pages
+ * `cursor < seq <= safe_seq` in seq order, runs the handler with that
+ * transaction for each event, advances the cursor and commits. Exactly one
+ * tailer (or bootstrap) runs per (consumer, stream) at a time: each holds
+ * an advisory lock on its own pooled connection; a second one gets
+ * `CursorContentionError`. A tailer therefore uses one connection, plus one
+ * LISTEN connection shared by the client's tailers.
+ *
+ * @example
+ * const client = new StreamClient(pool);
+ * const stop = new AbortController();
+ * await client.tail('billing', 'orders', async (event, tx) => {
+ *   await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [event.key]);
+ * }, { signal: stop.signal });
+ */
+export class StreamClient {
+  /** The validated, frozen options in force. */
+  readonly options: ResolvedStreamClientOptions;
+  private readonly pool: pg.Pool;
+  private readonly sql: PageSql;
+  private readonly listener: Listener | undefined;
+  private readonly running = new Set<{ stop: AbortController; done: Promise<unknown> }>();
+  private closed = false;
+
+  constructor(pool: pg.Pool, options: StreamClientOptions = {}) {
+    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
+      throw new InvalidOptionsError('pool', 'expected a pg Pool');
+    }
+    this.pool = pool;
+    this.options = resolveStreamClientOptions(options);
+    this.sql = pageSql(this.options.schema);
+    const o = this.options;
+    if (o.listen) {
+      this.listener = new Listener(pool, {
+        channel: notifyChannel(o.schema),
+        backoffMinMs: o.listenerBackoffMinMs,
+        backoffMaxMs: o.listenerBackoffMaxMs,
+        acquireTimeoutMs: o.listenerAcquireTimeoutMs,
+        emit: (event) => this.emit(event),
+      });
+    }
+  }
+
+  /**
+   * Delivers `stream` to `handler` as `consumer`, page after page, and keeps
+   * following it: a full page pages again at once, a short one waits for a
+   * watermark notification or `pollIntervalMs`. Never resolves; rejects with
+   * the abort reason when `signal` aborts (after committing the events
+   * already handled in the current page), or with the error that ended it:
+   * `HandlerError` (page rolled back), `ResyncRequiredError`,
+   * `CursorContentionError`, or a database error. Check `isRetryable`.
+   */
+  async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
+    return this.session(consumer, stream, handler, options.signal, async (hold, signal) => {
+      let wake: WakeReason = 'start';
+      for (;;) {
+        const generation = this.listener?.generation ?? 0;
+        const page = await this.page(hold, handler, this.options.batchSize, signal, wake);
+        if (page.full) {
+          wake = 'full';
+          continue;
+        }
+        wake = this.listener
+          ? await this.listener.wait(page.safeSeq, generation, this.options.pollIntervalMs, signal, hold.lost)
+          : await pollOnly(this.options.pollIntervalMs, signal, hold.lost);
+      }
+    });
+  }
+
+  /**
+   * Delivers what is visible now (up to safe_seq, at most `maxEvents`) and
+   * returns: the same pages as {@link tail}, without waiting for more.
+   */
+  async drain(consumer: string, stream: string, handler: Handler, options: DrainOptions = {}): Promise<DrainResult> {
+    const max = options.maxEvents ?? Number.MAX_SAFE_INTEGER;
+    if (!Number.isSafeInteger(max) || max < 1) {
+      throw new InvalidOptionsError('maxEvents', `expected a positive integer, got ${String(options.maxEvents)}`);
+    }
+    return this.session(consumer, stream, handler, options.signal, async (hold, signal) => {
+      const result: DrainResult = { delivered: 0, cursor: 0n, safeSeq: 0n };
+      let wake: WakeReason = 'start';
+      do {
+        const limit = Math.min(this.options.batchSize, max - result.delivered);
+        const page = await this.page(hold, handler, limit, signal, wake);
+        result.delivered += page.delivered;
+        result.cursor = page.cursor;
+        result.safeSeq = page.safeSeq;
+        if (!page.full) break;
+        wake = 'full';
+      } while (result.delivered < max);
+      return result;
+    });
+  }
+
+  /**
+   * Opens a snapshot to rebuild `consumer`'s projection of `stream` from,
+   * for a new consumer or after `ResyncRequiredError`. Holds the cursor like
+   * a tailer does until closed. See {@link BootstrapSnapshot}.
+   *
+   * @example
+   * await using snap = await client.bootstrap('billing', 'orders');
+   * await snap.tx.query('TRUNCATE invoices');
+   * await snap.tx.query('INSERT INTO invoices SELECT id FROM orders');
+   * await snap.commit(); // cursor = snap.safeSeq
+   */
+  async bootstrap(consumer: string, stream: string, options: { signal?: AbortSignal } = {}): Promise<BootstrapSnapshot> {
+    if (this.closed) throw new ClosedError('StreamClient');
+    validateNames(consumer, stream);
+    return openBootstrap(this.pool, this.options, consumer, stream, options.signal);
+  }
+
+  /**
+   * Stops every running tail and drain (they reject with a `ClosedError`),
+   * waits for them to release their connections, and stops the listener.
+   * Idempotent; does not end the pool.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    const running = [...this.running];
+    for (const r of running) r.stop.abort(new ClosedError('StreamClient'));
+    await Promise.allSettled(running.map((r) => r.done));
+  }
+
+  /** Runs `body` holding the cursor, with the listener subscribed; releases both however it ends. */
+  private async session<T>(
+    consumer: string,
+    stream: string,
+    handler: Handler,
+    outer: AbortSignal | undefined,
+    body: (hold: CursorHold, signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    if (this.closed) throw new ClosedError('StreamClient');
+    validateNames(consumer, stream);
+    if (typeof handler !== 'function') throw new InvalidOptionsError('handler', 'expected a function');
+    outer?.throwIfAborted();
+    const stop = new AbortController();
+    const forward = () => stop.abort(outer!.reason);
+    outer?.addEventListener('abort', forward, { once: true });
+    const run = (async () => {
+      const hold = await CursorHold.open(this.pool, this.options.schema, consumer, stream, stop.signal);
+      const unsubscribe = this.listener?.subscribe();
+      try {
+        return await body(hold, stop.signal);
+      } finally {
+        await unsubscribe?.();
+        await hold.release();
+      }
+    })();
+    const entry = { stop, done: run.catch(() => undefined) };
+    this.running.add(entry);
+    try {
+      return await run;
+    } finally {
+      outer?.removeEventListener('abort', forward);
+      this.running.delete(entry);
+    }
+  }
+
+  /** One page, creating the cursor row on first use. */
+  private async page(hold: CursorHold, handler: Handler, limit: number, signal: AbortSignal, wake: WakeReason) {
+    for (let attempt = 1; ; attempt += 1) {
+      const page = await runPage(hold, this.sql, limit, this.options.lockTimeoutMs, handler, signal);
+      if (page.found) {
+        this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
+        return page;
+      }
+      if (attempt >= CURSOR_CREATE_ATTEMPTS) {
+        throw new Error(`tidemark: cursor row of ${JSON.stringify(hold.consumer)} keeps disappearing; is something deleting ${this.options.schema}.cursors rows?`);
+      }
+      // First touch: create the row in its own READ COMMITTED statement. A
+      // concurrent creator makes it wait, then do nothing; either way the
+      // next page finds the row.
+      try {
+        await hold.client.query(this.sql.ensureCursor, [hold.consumer, hold.stream]);
+      } catch (err) {
+        throw hold.translate(err);
+      }
+    }
+  }
+
+  private emit(event: ConsumerEvent): void {
+    if (event.type === 'listener:error') this.report(event.error);
+    try {
+      this.options.observer?.(event);
+    } catch (err) {
+      this.report(err);
+    }
+  }
+
+  private report(err: unknown): void {
+    try {
+      this.options.onError?.(err);
+    } catch {
+      // An error handler that throws must not break delivery.
+    }
+  }
+}
+
+function validateNames(consumer: unknown, stream: unknown): void {
+  for (const [name, value] of [
+    ['consumer', consumer],
+    ['stream', stream],
+  ] as const) {
+    if (typeof value !== 'string' || value.length === 0 || value.length > 200 || value.includes('\u0000')) {
+      throw new InvalidOptionsError(name, `expected a non-empty string of at most 200 characters without NUL, got ${JSON.stringify(value)}`);
+    }
+  }
+}
+
+function pollOnly(ms: number, signal: AbortSignal, lost: Promise<never>): Promise<WakeReason> {
+  return new Promise<WakeReason>((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve('poll');
+    }, ms);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    lost.catch((err: unknown) => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      reject(err);
+    });
+  });
+}

@@ -1,0 +1,79 @@
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { InvalidOptionsError } from '../errors.js';
+import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import type { PruneResult } from './pruner.js';
+
+/** Default retention: 7 days. */
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
+
+/**
+ * The shortest retention accepted without `allowShortRetention`: 1 hour.
+ * Retention shorter than a consumer's longest pause forces it to resync, and
+ * a retention in the milliseconds is almost always a unit mistake.
+ */
+export const MIN_RETENTION_MS = 3_600_000;
+
+/** Options for {@link Pruner}. Every duration is in milliseconds. */
+export interface PrunerOptions {
+  /** Schema holding tidemark's tables. Default `tidemark`. */
+  schema?: string;
+  /** Events older than this (by `occurred_at`) are deleted. Default 604800000 (7 days); at least {@link MIN_RETENTION_MS}. */
+  retentionMs?: number;
+  /** Accept a `retentionMs` below {@link MIN_RETENTION_MS} (down to 0). Default false. */
+  allowShortRetention?: boolean;
+  /** Events deleted per statement (one short transaction each). Default 1000. */
+  batchSize?: number;
+  /** Pause between passes of `run`. Default 60000. */
+  intervalMs?: number;
+  /** Name in the `heartbeats` table. Default `<hostname>:<pid>:<random>`. */
+  owner?: string;
+  /** Called after every pass of `run` with what it deleted. Errors it throws go to `onError`. */
+  observer?: (result: PruneResult) => void;
+  /** Receives errors that do not stop `run`. */
+  onError?: (err: unknown) => void;
+}
+
+/** Resolved, validated and frozen pruner options. */
+export type ResolvedPrunerOptions = Readonly<Required<Omit<PrunerOptions, 'observer' | 'onError'>> & Pick<PrunerOptions, 'observer' | 'onError'>>;
+
+function integer(options: PrunerOptions, name: keyof PrunerOptions, fallback: number, min: number, max: number): number {
+  const value = options[name] ?? fallback;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
+    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
+export function resolvePrunerOptions(options: PrunerOptions = {}): ResolvedPrunerOptions {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');
+  if (options.allowShortRetention !== undefined && typeof options.allowShortRetention !== 'boolean') {
+    throw new InvalidOptionsError('allowShortRetention', 'expected a boolean');
+  }
+  const allowShortRetention = options.allowShortRetention ?? false;
+  const retentionMs = integer(options, 'retentionMs', DEFAULT_RETENTION_MS, 0, 100 * 365 * 24 * 3_600_000);
+  if (retentionMs < MIN_RETENTION_MS && !allowShortRetention) {
+    throw new InvalidOptionsError(
+      'retentionMs',
+      `${retentionMs} ms is below the floor of ${MIN_RETENTION_MS} ms (1 hour); set allowShortRetention to accept it`,
+    );
+  }
+  const owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200 || owner.includes('\u0000')) {
+    throw new InvalidOptionsError('owner', 'expected a non-empty string of at most 200 characters without NUL');
+  }
+  for (const name of ['observer', 'onError'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') throw new InvalidOptionsError(name, 'expected a function');
+  }
+  return Object.freeze({
+    schema: validateSchema(options.schema ?? DEFAULT_SCHEMA),
+    retentionMs,
+    allowShortRetention,
+    batchSize: integer(options, 'batchSize', 1000, 1, 100_000),
+    intervalMs: integer(options, 'intervalMs', 60_000, 1, 24 * 3_600_000),
+    owner,
+    observer: options.observer,
+    onError: options.onError,
+  });
+}

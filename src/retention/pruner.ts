@@ -1,0 +1,152 @@
+import type pg from 'pg';
+import { InvalidOptionsError } from '../errors.js';
+import { sleep } from '../db/acquire.js';
+import { quoteIdent } from '../db/queryable.js';
+import { resolvePrunerOptions, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
+
+/** What one `prune()` pass deleted. */
+export interface PruneResult {
+  /** Events deleted. */
+  deleted: number;
+  /** Statements run (each deletes at most `batchSize`). */
+  batches: number;
+  /** Horizons advanced by this pass: per stream, the greatest seq removed so far. */
+  horizons: { stream: string; prunedThroughSeq: bigint }[];
+  /** The safe_seq the last batch read; nothing above it was touched. */
+  safeSeq: bigint;
+}
+
+interface BatchRow {
+  scanned: string;
+  deleted: string;
+  safe_seq: string;
+  horizons: { stream: string; through: string }[];
+}
+
+/**
+ * One batch in one statement, so in one snapshot and one transaction: take
+ * the oldest `$2` events at or below safe_seq, delete the longest seq prefix
+ * of them older than the retention age, and advance the horizon of each
+ * stream touched in the same statement. Deleting a contiguous prefix keeps
+ * the horizon exact (every event of a stream at or below its horizon is
+ * gone) and each batch an index range scan, even when nothing is old.
+ */
+function batchSql(schema: string): string {
+  const s = quoteIdent(schema);
+  return `WITH w AS (
+  SELECT safe_seq FROM ${s}.watermark
+), candidates AS (
+  SELECT e.seq, e.occurred_at FROM ${s}.events e
+   WHERE e.seq <= (SELECT safe_seq FROM w)
+   ORDER BY e.seq
+   LIMIT $2
+), boundary AS (
+  SELECT min(c.seq) AS young FROM candidates c
+   WHERE c.occurred_at > now() - make_interval(secs => $1::float8 / 1000)
+), victims AS (
+  SELECT c.seq FROM candidates c, boundary b WHERE b.young IS NULL OR c.seq < b.young
+), deleted AS (
+  DELETE FROM ${s}.events e USING victims v WHERE e.seq = v.seq
+  RETURNING e.seq, e.stream
+), advanced AS (
+  INSERT INTO ${s}.horizons AS h (stream, pruned_through_seq, updated_at)
+  SELECT d.stream, max(d.seq), now() FROM deleted d GROUP BY d.stream
+  ON CONFLICT (stream) DO UPDATE
+    SET pruned_through_seq = greatest(h.pruned_through_seq, excluded.pruned_through_seq),
+        updated_at = excluded.updated_at
+  RETURNING h.stream, h.pruned_through_seq
+)
+SELECT (SELECT count(*) FROM candidates)::text AS scanned,
+       (SELECT count(*) FROM deleted)::text AS deleted,
+       (SELECT safe_seq FROM w)::text AS safe_seq,
+       (SELECT coalesce(json_agg(json_build_object('stream', a.stream, 'through', a.pruned_through_seq::text)), '[]'::json)
+          FROM advanced a) AS horizons`;
+}
+
+/**
+ * Deletes events older than the retention age, independently of consumers:
+ * it never reads cursors. It deletes only `seq <= safe_seq` and advances each
+ * stream's horizon in the same statement as the delete, so a consumer whose
+ * cursor falls below a horizon gets `ResyncRequiredError`, never a silent
+ * skip. Safe to run in several processes at once (they delete disjoint rows
+ * or wait for each other's row locks).
+ *
+ * @example
+ * const pruner = new Pruner(pool, { retentionMs: 3 * 24 * 3600_000 });
+ * const { deleted } = await pruner.prune();
+ */
+export class Pruner {
+  /** The validated, frozen options in force. */
+  readonly options: ResolvedPrunerOptions;
+  private readonly pool: pg.Pool;
+  private readonly sql: { batch: string; beat: string };
+
+  constructor(pool: pg.Pool, options: PrunerOptions = {}) {
+    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
+      throw new InvalidOptionsError('pool', 'expected a pg Pool');
+    }
+    this.pool = pool;
+    this.options = resolvePrunerOptions(options);
+    this.sql = {
+      batch: batchSql(this.options.schema),
+      beat: `SELECT ${quoteIdent(this.options.schema)}.beat('pruner', $1, $2, $3)`,
+    };
+  }
+
+  /** One pass: batches until a batch finds nothing more to delete, or `signal` aborts (then rejects with its reason). */
+  async prune(options: { signal?: AbortSignal } = {}): Promise<PruneResult> {
+    const { signal } = options;
+    const result: PruneResult = { deleted: 0, batches: 0, horizons: [], safeSeq: 0n };
+    const horizons = new Map<string, bigint>();
+    for (;;) {
+      signal?.throwIfAborted();
+      const row = (await this.pool.query<BatchRow>(this.sql.batch, [this.options.retentionMs, this.options.batchSize])).rows[0]!;
+      result.batches += 1;
+      const deleted = Number(row.deleted);
+      result.deleted += deleted;
+      result.safeSeq = BigInt(row.safe_seq);
+      for (const h of row.horizons) horizons.set(h.stream, BigInt(h.through));
+      // Done when the batch was short or stopped at a young event.
+      if (deleted < this.options.batchSize || Number(row.scanned) > deleted) break;
+    }
+    result.horizons = [...horizons].map(([stream, prunedThroughSeq]) => ({ stream, prunedThroughSeq }));
+    return result;
+  }
+
+  /**
+   * Prunes every `intervalMs` until `signal` aborts, writing a `pruner`
+   * heartbeat after each pass. Errors go to `onError` and the loop goes on.
+   * Resolves (does not reject) when the signal aborts.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const o = this.options;
+    while (!signal.aborted) {
+      try {
+        const result = await this.prune({ signal });
+        this.observe(result);
+        const details = { deleted: result.deleted, safeSeq: result.safeSeq.toString() };
+        await this.pool.query(this.sql.beat, [o.owner, details, 5000]);
+      } catch (err) {
+        if (signal.aborted) break;
+        this.report(err);
+      }
+      await sleep(o.intervalMs, signal).catch(() => undefined);
+    }
+  }
+
+  private observe(result: PruneResult): void {
+    try {
+      this.options.observer?.(result);
+    } catch (err) {
+      this.report(err);
+    }
+  }
+
+  private report(err: unknown): void {
+    try {
+      this.options.onError?.(err);
+    } catch {
+      // An error handler that throws must not stop the loop.
+    }
+  }
+}

@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, test, type TestContext } from 'node:test';
+import { pipeline } from 'node:stream/promises';
+import { Readable } from 'node:stream';
+import { from as copyFrom } from 'pg-copy-streams';
+import { append, StreamClient, Watermarker } from '../../src/index.js';
+import { closeAdmin, testDb, type TestDb } from '../support/db.js';
+
+after(closeAdmin);
+
+/** Creates a role through the opt-in function; drops it (roles are cluster-wide) after the test. */
+async function grantedRole(t: TestContext, db: TestDb, kind: 'writer' | 'consumer') {
+  const role = `tidemark_test_${kind}_${randomBytes(4).toString('hex')}`;
+  await db.observer.query(`SELECT tidemark.grant_${kind}($1)`, [role]);
+  await db.observer.query(`SELECT tidemark.grant_${kind}($1)`, [role]); // idempotent
+  t.after(async () => {
+    // Runs after the test database (and the privileges in it) is gone.
+    const { default: pg } = await import('pg');
+    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
+    await admin.connect();
+    await admin.query(`DROP ROLE IF EXISTS "${role}"`).finally(() => admin.end());
+  });
+  // Connections of this pool act as the role (the test superuser assumes it).
+  return { role, pool: db.pool({ options: `-c role=${role}` }) };
+}
+
+const denied = { code: '42501' };
+
+test('the writer role can append, from SQL and TypeScript, and do nothing else', async (t) => {
+  const db = await testDb(t);
+  const { pool } = await grantedRole(t, db, 'writer');
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    assert.equal(await append(c, { stream: 's', kind: 'k', key: 'x', payload: { a: 1 } }), 1n);
+    const sql = await c.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('s', 'k', 'y', '{}') RETURNING seq`);
+    assert.equal(sql.rows[0].seq, '2');
+    await c.query('COMMIT');
+
+    const refused: [string, string][] = [
+      ['read event contents', `SELECT payload FROM tidemark.events`],
+      ['choose seq', `INSERT INTO tidemark.events (seq, stream, kind, key) OVERRIDING SYSTEM VALUE VALUES (100, 's', 'k', 'x')`],
+      ['backdate occurred_at', `INSERT INTO tidemark.events (stream, kind, key, occurred_at) VALUES ('s', 'k', 'x', now() - interval '30 days')`],
+      ['delete events', `DELETE FROM tidemark.events`],
+      ['publish a watermark', `UPDATE tidemark.watermark SET safe_seq = 100`],
+      ['run the watermark step', `SELECT * FROM tidemark.watermark_step('me', false, 10, false)`],
+      ['move cursors', `INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's')`],
+      ['touch horizons', `INSERT INTO tidemark.horizons (stream, pruned_through_seq) VALUES ('s', 1)`],
+      ['grant itself more', `SELECT tidemark.grant_consumer('anyone')`],
+    ];
+    for (const [what, statement] of refused) {
+      await assert.rejects(c.query(statement), denied, `a writer must not ${what}`);
+    }
+    await assert.rejects(
+      pipeline(Readable.from(['100\ts\tk\tx\n']), c.query(copyFrom(`COPY tidemark.events (seq, stream, kind, key) FROM STDIN`))),
+      denied,
+      'a writer must not COPY a chosen seq',
+    );
+  } finally {
+    c.release();
+  }
+  const count = await db.observer.query('SELECT count(*)::int AS n FROM tidemark.events');
+  assert.equal(count.rows[0].n, 2, 'only the two appends landed');
+});
+
+test('the consumer role can tail, record resyncs and bootstrap, and do nothing else', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const owner = db.pool();
+  const watermarker = new Watermarker(owner);
+  await observer.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'a'), ('s', 'k', 'b')`);
+  await watermarker.step();
+
+  const { role, pool } = await grantedRole(t, db, 'consumer');
+  const client = new StreamClient(pool, { listen: true, pollIntervalMs: 10 });
+  db.defer(() => client.close());
+  const seen: bigint[] = [];
+  assert.equal((await client.drain('c', 's', (e) => void seen.push(e.seq))).cursor, 2n);
+  assert.deepEqual(seen, [1n, 2n]);
+  const snap = await client.bootstrap('c2', 's');
+  assert.equal(snap.safeSeq, 2n);
+  await snap.commit();
+  // A horizon above a cursor: the consumer records the resync itself.
+  await observer.query(`INSERT INTO tidemark.horizons (stream, pruned_through_seq) VALUES ('s2', 5)`);
+  await assert.rejects(client.drain('c', 's2', () => undefined), { code: 'RESYNC_REQUIRED' });
+
+  const c = await pool.connect();
+  try {
+    const refused: [string, string][] = [
+      ['append', `INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x')`],
+      ['delete events', `DELETE FROM tidemark.events`],
+      ['publish a watermark', `UPDATE tidemark.watermark SET safe_seq = 100`],
+      ['move horizons', `UPDATE tidemark.horizons SET pruned_through_seq = 0`],
+      ['delete cursors', `DELETE FROM tidemark.cursors`],
+      ['write heartbeats', `SELECT tidemark.beat('x', 'y', '{}', 10)`],
+      ['grant itself more', `SELECT tidemark.grant_writer($1)`],
+    ];
+    for (const [what, statement] of refused) {
+      await assert.rejects(c.query(statement, statement.includes('$1') ? [role] : []), denied, `a consumer must not ${what}`);
+    }
+  } finally {
+    c.release();
+  }
+  await watermarker.close();
+});
