@@ -17,6 +17,7 @@ export type TidemarkErrorCode =
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
+  /** The stable code; see docs/ERRORS.md. */
   readonly code: TidemarkErrorCode;
 
   constructor(code: TidemarkErrorCode, message: string, options?: { cause?: unknown }) {
@@ -64,7 +65,9 @@ export class ClosedError extends TidemarkError {
  * again. The cursor row records `resync_count` and `last_resync_at`.
  */
 export class ResyncRequiredError extends TidemarkError {
+  /** The consumer whose cursor fell behind. */
   readonly consumer: string;
+  /** The stream retention pruned. */
   readonly stream: string;
   /** The consumer's cursor when the gap was found. */
   readonly cursor: bigint;
@@ -89,7 +92,9 @@ export class ResyncRequiredError extends TidemarkError {
  * one may run at a time. Retryable: the other one may stop.
  */
 export class CursorContentionError extends TidemarkError {
+  /** The consumer whose cursor is held. */
   readonly consumer: string;
+  /** The stream of the held cursor. */
   readonly stream: string;
 
   constructor(consumer: string, stream: string, options?: { cause?: unknown }) {
@@ -109,7 +114,9 @@ export class CursorContentionError extends TidemarkError {
  * handler's own error is `cause`, unchanged.
  */
 export class HandlerError extends TidemarkError {
+  /** The consumer whose handler failed. */
   readonly consumer: string;
+  /** The stream being delivered. */
   readonly stream: string;
   /** The event whose handler threw. */
   readonly seq: bigint;

@@ -22,3 +22,34 @@ test('the README shows examples/outbox.ts verbatim, and it runs as shown', async
   });
   assert.equal(stdout, 'appended seq 1\nadvanced: safe_seq = 1\n');
 });
+
+test('the README shows examples/consumer.ts verbatim, and it runs as shown', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  const example = await readFile(new URL('examples/consumer.ts', root), 'utf8');
+  assert.ok(readme.includes(example.trim()), 'README.md embeds examples/consumer.ts');
+
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
+  const run = () =>
+    promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/consumer.ts', root).pathname], {
+      env: { ...process.env, DATABASE_URL: db.url },
+      cwd: new URL('.', root).pathname,
+    });
+  const first = await run();
+  assert.equal(first.stdout, 'seq 1: order.placed ada\nseq 2: order.placed bob\nseq 3: order.placed ada\nada: 35\nbob: 12\n');
+  // Run again: the durable cursor resumes after seq 3, so only the new events apply.
+  const second = await run();
+  assert.equal(second.stdout, 'seq 4: order.placed ada\nseq 5: order.placed bob\nseq 6: order.placed ada\nada: 70\nbob: 24\n');
+
+  // The bootstrap example rebuilds the same projection and finds nothing left to deliver.
+  const example2 = await readFile(new URL('examples/bootstrap.ts', root), 'utf8');
+  assert.ok(readme.includes(example2.trim()), 'README.md embeds examples/bootstrap.ts');
+  await db.observer.query('UPDATE order_totals SET total = 0'); // damage it: the rebuild must repair it
+  const rebuilt = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/bootstrap.ts', root).pathname], {
+    env: { ...process.env, DATABASE_URL: db.url },
+    cwd: new URL('.', root).pathname,
+  });
+  assert.equal(rebuilt.stdout, 'rebuilt through seq 6 (cursor was 6)\nthen delivered 0\n');
+  const totals = await db.observer.query('SELECT customer, total::int AS total FROM order_totals ORDER BY customer');
+  assert.deepEqual(totals.rows, [{ customer: 'ada', total: 70 }, { customer: 'bob', total: 24 }]);
+});

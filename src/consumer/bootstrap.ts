@@ -19,7 +19,9 @@ import type { ResolvedStreamClientOptions } from './options.js';
  * fence: writers and the watermarker go on.
  */
 export interface BootstrapSnapshot {
+  /** The consumer being rebuilt. */
   readonly consumer: string;
+  /** The stream whose cursor `commit()` sets. */
   readonly stream: string;
   /** The seq the cursor is set to on commit. */
   readonly safeSeq: bigint;
@@ -31,6 +33,7 @@ export interface BootstrapSnapshot {
   commit(): Promise<void>;
   /** Rolls back if not committed and releases the connection. Idempotent. */
   close(): Promise<void>;
+  /** `close()`, for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
 }
 

@@ -5,10 +5,15 @@ import type { JsonObject } from '../outbox/append.js';
 export interface StreamEvent {
   /** Global, gap-free delivery order. */
   seq: bigint;
+  /** The stream followed. */
   stream: string;
+  /** Event type, e.g. `order.placed`. */
   kind: string;
+  /** Entity reference, e.g. the order id. */
   key: string;
+  /** Event body. */
   payload: JsonObject;
+  /** Metadata such as trace ids. */
   headers: JsonObject;
   /** When the writer's transaction started (`now()` at insert). */
   occurredAt: Date;
@@ -20,12 +25,15 @@ export interface StreamEvent {
  * ROLLBACK through it: the stream client ends the transaction.
  */
 export interface Transaction {
+  /** node-postgres `query`, on the page's connection. */
   query: pg.ClientBase['query'];
 }
 
 /** What a handler receives besides the event and the transaction. */
 export interface HandlerContext {
+  /** The consumer being delivered to. */
   consumer: string;
+  /** The stream being delivered. */
   stream: string;
   /** The tail's signal: long handlers should stop when it aborts. */
   signal: AbortSignal;

@@ -22,6 +22,7 @@ export interface DrainOptions extends TailOptions {
 
 /** What {@link StreamClient.drain} delivered. */
 export interface DrainResult {
+  /** Events whose handlers ran and committed. */
   delivered: number;
   /** The cursor after the drain. */
   cursor: bigint;

@@ -5,6 +5,7 @@ import { InvalidOptionsError } from '../errors.js';
  * a `PoolClient` inside the caller's transaction, or an ORM's raw connection.
  */
 export interface Queryable {
+  /** Runs one parametrised statement. */
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; rowCount?: number | null }>;
 }
 

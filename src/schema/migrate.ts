@@ -24,6 +24,7 @@ export interface Migration {
 
 /** What {@link migrate} did. */
 export interface MigrateResult {
+  /** The schema migrated. */
   schema: string;
   /** Migrations applied by this call (or, with `dryRun`, that would be). */
   applied: Migration[];

@@ -13,6 +13,7 @@ export type HeartbeatOutcome = 'written' | 'throttled' | 'failed' | 'cancelled';
 
 /** The result of one {@link Watermarker.step}; also passed to the observer. */
 export interface WatermarkProgress {
+  /** What the step did. */
   outcome: StepOutcome;
   /** True when this step published a higher safe_seq. */
   advanced: boolean;
@@ -34,6 +35,8 @@ export interface WatermarkProgress {
   leader: boolean;
   /** The lease holder and expiry as last seen. */
   leaseOwner: string | null;
+  /** When the lease expires, by the database clock (null when nobody holds it). */
   leaseExpiresAt: Date | null;
+  /** What happened to the durable heartbeat after this step. */
   heartbeat: HeartbeatOutcome;
 }

@@ -216,8 +216,12 @@ test('aborting a waiting tail rejects with the abort reason and releases every c
     `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
   );
   assert.deepEqual(locks.rows, [], 'the cursor lock is released');
-  const listening = await db.observer.query(`SELECT count(*)::int AS n FROM pg_listening_channels()`);
-  assert.equal(listening.rows[0].n, 0);
+  // Every connection back in the pool has stopped listening (pg_listening_channels is per session).
+  const pooled = await Promise.all(Array.from({ length: pool.idleCount }, () => pool.connect()));
+  for (const c of pooled) {
+    assert.deepEqual((await c.query('SELECT pg_listening_channels() AS ch')).rows, []);
+    c.release();
+  }
   await client.close();
 });
 
