@@ -191,7 +191,8 @@ const RETRYABLE_SYSTEM_ERRORS: ReadonlySet<string> = new Set([
  * server shutdown and start-up, cursor contention and a busy fence. False for
  * everything else, in particular cancellation and aborts, `RESYNC_REQUIRED`
  * (retrying cannot help: bootstrap), invalid options or events, and handler
- * errors (`HANDLER_FAILED`: the handler decides what its own errors mean).
+ * errors (`HANDLER_FAILED`), except when the handler's error is one of the
+ * retryable PostgreSQL errors above, raised in the page's transaction.
  *
  * @example
  * try { await client.tail('billing', 'orders', handle, { signal }); }
@@ -199,6 +200,10 @@ const RETRYABLE_SYSTEM_ERRORS: ReadonlySet<string> = new Set([
  */
 export function isRetryable(err: unknown): boolean {
   if (err instanceof TidemarkError) {
+    // A handler's statements run in tidemark's REPEATABLE READ page: a
+    // serialization failure, deadlock or lock timeout they hit is a
+    // property of that transaction, not of the handler's logic.
+    if (err.code === 'HANDLER_FAILED') return sqlState(err.cause) !== undefined && isRetryable(err.cause);
     return err.code === 'CURSOR_CONTENTION' || err.code === 'FENCE_BUSY' || err.code === 'CONNECTION_LOST';
   }
   if (err instanceof AggregateError) return err.errors.some(isRetryable); // happy-eyeballs connect

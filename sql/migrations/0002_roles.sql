@@ -4,7 +4,7 @@
 -- Nothing is granted until an operator calls these functions; the migrating
 -- role (the owner) keeps full rights and runs the watermarker and pruner.
 --   SELECT {{schema}}.grant_writer('app_writer');     -- then GRANT app_writer TO app;
---   SELECT {{schema}}.grant_consumer('app_consumer');
+--   SELECT {{schema}}.grant_consumer('app_consumer', ARRAY['billing']);
 
 -- Only the owner runs the watermark step and writes heartbeats.
 REVOKE EXECUTE ON FUNCTION {{schema}}.watermark_step(text, boolean, integer, boolean) FROM PUBLIC;
@@ -28,21 +28,51 @@ BEGIN
 END
 $$;
 
+-- Which roles may use which consumers' cursor rows. Row-level security on
+-- cursors enforces it for every role but the owner (and superusers): a
+-- consumer role that could move another consumer's cursor could make it skip
+-- events silently.
+CREATE TABLE {{schema}}.consumer_grants (
+  role_name name NOT NULL,
+  consumer  text NOT NULL CHECK (consumer <> ''),
+  PRIMARY KEY (role_name, consumer)
+);
+
+ALTER TABLE {{schema}}.cursors ENABLE ROW LEVEL SECURITY;
+CREATE POLICY cursors_granted_consumers ON {{schema}}.cursors
+  USING (EXISTS (
+    SELECT 1 FROM {{schema}}.consumer_grants g
+     WHERE g.consumer = cursors.consumer
+       AND pg_catalog.pg_has_role(current_user, g.role_name, 'USAGE')))
+  WITH CHECK (EXISTS (
+    SELECT 1 FROM {{schema}}.consumer_grants g
+     WHERE g.consumer = cursors.consumer
+       AND pg_catalog.pg_has_role(current_user, g.role_name, 'USAGE')));
+
 -- Consumer: read events, the watermark and horizons; create, lock and
--- advance cursor rows (SELECT ... FOR UPDATE needs UPDATE). Handlers write
--- the consumer's own projection tables, which the application grants.
-CREATE FUNCTION {{schema}}.grant_consumer(p_role text) RETURNS void
+-- advance the cursor rows of the named consumers only (SELECT ... FOR NO KEY
+-- UPDATE needs UPDATE). Handlers write the consumer's own projection tables,
+-- which the application grants.
+CREATE FUNCTION {{schema}}.grant_consumer(p_role text, p_consumers text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+  IF p_consumers IS NULL OR cardinality(p_consumers) = 0 THEN
+    RAISE EXCEPTION 'grant_consumer: name the consumers % may use, e.g. ARRAY[''billing'']', p_role
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
     EXECUTE format('CREATE ROLE %I NOLOGIN', p_role);
   END IF;
   EXECUTE format('GRANT USAGE ON SCHEMA {{schema}} TO %I', p_role);
   EXECUTE format('GRANT SELECT ON {{schema}}.events, {{schema}}.watermark, {{schema}}.horizons TO %I', p_role);
+  EXECUTE format('GRANT SELECT ON {{schema}}.consumer_grants TO %I', p_role);
   EXECUTE format('GRANT SELECT, INSERT ON {{schema}}.cursors TO %I', p_role);
   EXECUTE format('GRANT UPDATE (seq, updated_at, resync_count, last_resync_at) ON {{schema}}.cursors TO %I', p_role);
+  INSERT INTO {{schema}}.consumer_grants (role_name, consumer)
+  SELECT p_role, c FROM unnest(p_consumers) AS c
+  ON CONFLICT DO NOTHING;
 END
 $$;
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.grant_writer(text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION {{schema}}.grant_consumer(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.grant_consumer(text, text[]) FROM PUBLIC;

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ClosedError, CursorContentionError, FenceBusyError, SQLSTATE, sqlState } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { fenceKey, quoteIdent } from '../db/queryable.js';
-import { CursorHold } from './cursor-hold.js';
+import { CursorHold, transaction } from './cursor-hold.js';
 import type { Transaction } from './events.js';
 import type { ResolvedStreamClientOptions } from './options.js';
 
@@ -23,7 +23,12 @@ export interface BootstrapSnapshot {
   readonly consumer: string;
   /** The stream whose cursor `commit()` sets. */
   readonly stream: string;
-  /** The seq the cursor is set to on commit. */
+  /**
+   * The seq the snapshot matches, which `commit()` makes the cursor: every
+   * event up to it is in the snapshot, none above it. It is a gap-free point
+   * taken under the fence, so it may be above the published safe_seq (tail
+   * then delivers nothing new until the watermark passes it).
+   */
   readonly safeSeq: bigint;
   /** The cursor before this bootstrap (0 for a new consumer). */
   readonly priorSeq: bigint;
@@ -43,7 +48,8 @@ export async function openBootstrap(
   options: ResolvedStreamClientOptions,
   consumer: string,
   stream: string,
-  signal?: AbortSignal,
+  signal: AbortSignal | undefined,
+  onClose: (snapshot: BootstrapSnapshot) => void,
 ): Promise<BootstrapSnapshot> {
   const s = quoteIdent(options.schema);
   const hold = await CursorHold.open(pool, options.schema, consumer, stream, signal);
@@ -55,27 +61,17 @@ export async function openBootstrap(
       consumer,
       stream,
     ]);
-    await takeExclusiveFence(client, fence, options, signal);
-    // Under the exclusive fence no writer holds a sequence number it has not
-    // finished with, so the snapshot taken now sees every allocated seq as
-    // committed or never-to-exist: max(seq) is a gap-free point, and the
-    // snapshot contains the effects of exactly the events up to it. (The
-    // published safe_seq is a lower bound that survives pruning of the
-    // newest rows.) One simple-protocol round trip; no parameters.
-    // If this fails, the catch below destroys the connection, and the
-    // session's end releases the fence.
+    // The snapshot point is taken under the exclusive fence, and the whole
+    // fenced section is one simple-protocol message that the server runs
+    // back to back: the fence is never held while the server waits for this
+    // client (a stalled process cannot stall writers). See takeSnapshot.
     inTransaction = true;
-    const snapshot = (await client.query(
-      `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${options.lockTimeoutMs}; ` +
-        `SELECT greatest((SELECT max(seq) FROM ${s}.events), (SELECT safe_seq FROM ${s}.watermark))::text AS w`,
-    )) as unknown as pg.QueryResult[];
-    const unlocked = await client.query<{ ok: boolean }>('SELECT pg_advisory_unlock($1) AS ok', [fence]);
-    if (!unlocked.rows[0]!.ok) throw new Error('tidemark bootstrap: the exclusive fence was not held at release');
-    const safeSeq = BigInt((snapshot[2]!.rows[0] as { w: string }).w);
+    const safeSeq = await takeSnapshot(client, s, fence, options, signal);
     let prior: { seq: string } | undefined;
     try {
-      prior = (await client.query<{ seq: string }>(`SELECT seq FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 FOR UPDATE`, [consumer, stream]))
-        .rows[0];
+      prior = (
+        await client.query<{ seq: string }>(`SELECT seq FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 FOR NO KEY UPDATE`, [consumer, stream])
+      ).rows[0];
     } catch (err) {
       const state = sqlState(err);
       if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
@@ -84,7 +80,8 @@ export async function openBootstrap(
       throw err;
     }
     if (!prior) throw new CursorContentionError(consumer, stream); // deleted under us by a foreign session
-    return new Snapshot(hold, s, consumer, stream, safeSeq, BigInt(prior.seq));
+    signal?.throwIfAborted();
+    return new Snapshot(hold, s, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
   } catch (err) {
     const translated = signal?.aborted && err === signal.reason ? err : hold.translate(err);
     if (inTransaction) await hold.rollback();
@@ -96,25 +93,40 @@ export async function openBootstrap(
 }
 
 /**
- * Takes the session-level exclusive fence: try first (never queues ahead of
- * writers), then a wait bounded by `fenceLockTimeoutMs`, spaced out with a
- * growing pause, until `bootstrapFenceTimeoutMs` has passed.
+ * Opens the REPEATABLE READ transaction with its snapshot taken under the
+ * exclusive fence, and returns the snapshot point W. One message, four
+ * statements, run by the server without waiting for the client:
+ *
+ * 1. take the fence session-level, the wait bounded by lock_timeout (local
+ *    to this implicit transaction); a timeout (55P03) skips the rest and
+ *    leaves the connection clean: nothing held, no transaction open;
+ * 2. COMMIT that implicit transaction (a session lock outlives it), so that
+ * 3. BEGIN ISOLATION LEVEL REPEATABLE READ can start a fresh transaction;
+ * 4. one SELECT whose snapshot, taken when it starts, becomes the
+ *    transaction's snapshot while the fence is still held, and which then
+ *    releases the fence.
+ *
+ * The first attempt waits at most 1 ms (close to a try-lock, so it hardly
+ * queues ahead of writers); later ones `fenceLockTimeoutMs`, spaced by a
+ * growing pause, until `bootstrapFenceTimeoutMs` (then `FenceBusyError`).
+ * All values are validated integers or a bigint key: no user text.
  */
-async function takeExclusiveFence(client: pg.PoolClient, key: string, options: ResolvedStreamClientOptions, signal?: AbortSignal): Promise<void> {
+async function takeSnapshot(client: pg.PoolClient, s: string, fence: string, options: ResolvedStreamClientOptions, signal?: AbortSignal): Promise<bigint> {
   const started = Date.now();
   let pause = 1;
-  for (;;) {
+  for (let attempt = 0; ; attempt += 1) {
     signal?.throwIfAborted();
-    const tried = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [key]);
-    if (tried.rows[0]!.ok) return;
+    const waitMs = attempt === 0 ? 1 : options.fenceLockTimeoutMs;
     try {
-      // The subquery runs first, so lock_timeout (local to this statement's
-      // transaction) bounds the wait; a session lock outlives that transaction.
-      await client.query(`SELECT pg_advisory_lock($2) FROM (SELECT set_config('lock_timeout', $1, true)) t`, [
-        String(options.fenceLockTimeoutMs),
-        key,
-      ]);
-      return;
+      const results = (await client.query(
+        `SELECT pg_advisory_lock(${fence}) FROM (SELECT set_config('lock_timeout', '${waitMs}', true)) t; ` +
+          `COMMIT; BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${options.lockTimeoutMs}; ` +
+          `SELECT greatest((SELECT max(seq) FROM ${s}.events), (SELECT safe_seq FROM ${s}.watermark))::text AS w, ` +
+          `pg_advisory_unlock(${fence}) AS unlocked`,
+      )) as unknown as pg.QueryResult[];
+      const row = results.at(-1)!.rows[0] as { w: string; unlocked: boolean };
+      if (!row.unlocked) throw new Error('tidemark bootstrap: the exclusive fence was not held at release');
+      return BigInt(row.w);
     } catch (err) {
       if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
     }
@@ -127,6 +139,7 @@ async function takeExclusiveFence(client: pg.PoolClient, key: string, options: R
 
 class Snapshot implements BootstrapSnapshot {
   readonly tx: Transaction;
+  private live = true;
   private state: 'open' | 'closed' = 'open';
   /** The commit in flight, which `close()` waits for rather than racing it. */
   private committing: Promise<void> | undefined;
@@ -138,8 +151,9 @@ class Snapshot implements BootstrapSnapshot {
     readonly stream: string,
     readonly safeSeq: bigint,
     readonly priorSeq: bigint,
+    private readonly onClose: (snapshot: BootstrapSnapshot) => void,
   ) {
-    this.tx = { query: hold.client.query.bind(hold.client) as Transaction['query'] };
+    this.tx = transaction(hold, () => this.live, 'BootstrapSnapshot.tx');
   }
 
   commit(): Promise<void> {
@@ -158,21 +172,24 @@ class Snapshot implements BootstrapSnapshot {
       await this.hold.client.query('COMMIT');
     } catch (err) {
       const translated = this.hold.translate(err);
-      await this.hold.rollback();
-      await this.hold.release();
-      this.state = 'closed';
+      await this.end(true);
       throw translated;
     }
+    await this.end(false);
+  }
+
+  private async end(rollback: boolean): Promise<void> {
+    this.live = false;
     this.state = 'closed';
+    if (rollback) await this.hold.rollback();
     await this.hold.release();
+    this.onClose(this);
   }
 
   async close(): Promise<void> {
     if (this.committing) return this.committing.catch(() => undefined);
     if (this.state === 'closed') return;
-    this.state = 'closed';
-    await this.hold.rollback();
-    await this.hold.release();
+    await this.end(true);
   }
 
   [Symbol.asyncDispose](): Promise<void> {

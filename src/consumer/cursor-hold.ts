@@ -1,7 +1,29 @@
 import type pg from 'pg';
-import { ConnectionLostError, CursorContentionError, TidemarkError, sqlState } from '../errors.js';
+import { ClosedError, ConnectionLostError, CursorContentionError, SQLSTATE, TidemarkError, sqlState } from '../errors.js';
+import type { Transaction } from './events.js';
 import { acquire } from '../db/acquire.js';
 import { cursorKey } from '../db/queryable.js';
+
+/** SQLSTATEs with which the server ends the session. */
+const SESSION_ENDING: ReadonlySet<string> = new Set([SQLSTATE.adminShutdown, SQLSTATE.crashShutdown, SQLSTATE.cannotConnectNow]);
+
+/**
+ * A handle on a held connection's transaction that refuses to run anything
+ * once `live()` turns false, so a handle kept past its page or snapshot can
+ * never run a statement on a connection that went back to the pool.
+ */
+export function transaction(hold: CursorHold, live: () => boolean, what: string): Transaction {
+  const query = (...args: unknown[]): unknown => {
+    if (!live()) {
+      const err = new ClosedError(`${what} (its transaction has ended)`);
+      const callback = args.at(-1);
+      if (typeof callback === 'function') return void callback(err);
+      return Promise.reject(err);
+    }
+    return (hold.client.query as (...a: unknown[]) => unknown)(...args);
+  };
+  return { query: query as Transaction['query'] };
+}
 
 /**
  * One pooled connection that holds the session-level advisory lock of a
@@ -72,9 +94,12 @@ export class CursorHold {
    */
   translate(err: unknown): unknown {
     if (err instanceof TidemarkError) return err;
-    if (sqlState(err) === undefined || this.broken !== undefined) {
+    const state = sqlState(err);
+    if (state === undefined || state.startsWith('08') || SESSION_ENDING.has(state) || this.broken !== undefined) {
+      // No SQLSTATE: the driver lost the connection. 08xxx / 57P0x: the
+      // server ended the session. Either way the connection is gone.
       this.markBroken(err);
-      if (sqlState(err) === undefined) return new ConnectionLostError(`tail of ${JSON.stringify(this.consumer)}`, err);
+      return new ConnectionLostError(`${JSON.stringify(this.consumer)} on ${JSON.stringify(this.stream)}`, err);
     }
     return err;
   }
@@ -89,14 +114,18 @@ export class CursorHold {
     }
   }
 
-  /** Releases the lock and returns the connection, or destroys it when its state is unknown. Idempotent. */
+  /**
+   * Returns the connection to the pool in a clean state, or destroys it when
+   * its state is unknown. Idempotent. The reset also undoes session state a
+   * handler may have left on the connection it borrowed: advisory locks
+   * (the cursor lock among them), LISTENs and SET parameters.
+   */
   async release(locked = true): Promise<void> {
     if (this.released) return;
     this.released = true;
     if (this.broken === undefined && locked) {
       try {
-        const r = await this.client.query<{ ok: boolean }>('SELECT pg_advisory_unlock($1) AS ok', [this.key.toString()]);
-        if (!r.rows[0]!.ok) this.markBroken(new Error('cursor lock was not held at release'));
+        await this.client.query('SELECT pg_advisory_unlock_all(); UNLISTEN *; RESET ALL');
       } catch (err) {
         this.markBroken(err);
       }

@@ -22,7 +22,12 @@ export interface StreamClientOptions {
   listenerBackoffMaxMs?: number;
   /** How long the listener waits for a pooled connection before it counts a failure and backs off. Default 1000. */
   listenerAcquireTimeoutMs?: number;
-  /** Bound on waiting for the cursor row lock (held only by foreign sessions); then `CursorContentionError`. Default 5000. */
+  /**
+   * `lock_timeout` of every page transaction: bounds the wait for the cursor
+   * row lock (held only by foreign sessions; then `CursorContentionError`)
+   * and every lock wait of the handler's own statements (then a
+   * `HandlerError` over SQLSTATE 55P03, which is retryable). Default 5000.
+   */
   lockTimeoutMs?: number;
   /** Each bounded wait for the exclusive fence while `bootstrap` takes its snapshot. Default 50. */
   fenceLockTimeoutMs?: number;

@@ -1,7 +1,7 @@
 import { ConnectionLostError, CursorContentionError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
 import { quoteIdent } from '../db/queryable.js';
-import type { CursorHold } from './cursor-hold.js';
-import type { Handler, StreamEvent, Transaction } from './events.js';
+import { transaction, type CursorHold } from './cursor-hold.js';
+import type { Handler, StreamEvent } from './events.js';
 
 /** The statements of one page, for one schema. */
 export interface PageSql {
@@ -26,7 +26,7 @@ export function pageSql(schema: string): PageSql {
     // Literal: validated integer. SET LOCAL bounds the cursor row lock wait.
     begin: (lockTimeoutMs) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
     read: `WITH cur AS (
-  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR UPDATE
+  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE
 ), hdr AS (
   SELECT cur.seq AS cursor_seq, w.safe_seq, coalesce(h.pruned_through_seq, 0) AS pruned_through
     FROM cur CROSS JOIN ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2
@@ -123,34 +123,38 @@ export async function runPage(
     throw new ResyncRequiredError(consumer, stream, cursor, prunedThrough);
   }
 
-  const tx: Transaction = { query: client.query.bind(client) as Transaction['query'] };
+  let live = true;
+  const tx = transaction(hold, () => live, 'the page transaction');
   const context = { consumer, stream, signal };
   let handled = cursor;
   let delivered = 0;
-  for (const row of rows) {
-    if (row.seq === null) break;
-    if (signal.aborted) break;
-    const event: StreamEvent = {
-      seq: BigInt(row.seq),
-      stream,
-      kind: row.kind,
-      key: row.key,
-      payload: row.payload,
-      headers: row.headers,
-      occurredAt: row.occurred_at,
-    };
-    try {
-      await handler(event, tx, context);
-    } catch (err) {
-      await hold.rollback();
-      if (signal.aborted && err === signal.reason) throw err;
-      // The page's connection died under the handler (its ROLLBACK failed
-      // too): a retryable loss, whatever error the handler surfaced.
-      if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
-      throw new HandlerError(consumer, stream, event.seq, err);
+  try {
+    for (const row of rows) {
+      if (row.seq === null || signal.aborted) break;
+      const event: StreamEvent = {
+        seq: BigInt(row.seq),
+        stream,
+        kind: row.kind,
+        key: row.key,
+        payload: row.payload,
+        headers: row.headers,
+        occurredAt: row.occurred_at,
+      };
+      try {
+        await handler(event, tx, context);
+      } catch (err) {
+        await hold.rollback();
+        if (signal.aborted && err === signal.reason) throw err;
+        // The page's connection died under the handler (its ROLLBACK failed
+        // too): a retryable loss, whatever error the handler surfaced.
+        if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
+        throw new HandlerError(consumer, stream, event.seq, err);
+      }
+      handled = event.seq;
+      delivered += 1;
     }
-    handled = event.seq;
-    delivered += 1;
+  } finally {
+    live = false; // a handle kept by a handler can no longer reach this connection
   }
 
   if (handled > cursor) await statement(() => client.query(sql.advance, [consumer, stream, handled.toString()]));

@@ -60,6 +60,7 @@ export class StreamClient {
   private readonly sql: PageSql;
   private readonly listener: Listener | undefined;
   private readonly running = new Set<{ stop: AbortController; done: Promise<unknown> }>();
+  private readonly snapshots = new Set<BootstrapSnapshot>();
   private closed = false;
 
   constructor(pool: pg.Pool, options: StreamClientOptions = {}) {
@@ -146,19 +147,26 @@ export class StreamClient {
   async bootstrap(consumer: string, stream: string, options: { signal?: AbortSignal } = {}): Promise<BootstrapSnapshot> {
     if (this.closed) throw new ClosedError('StreamClient');
     validateNames(consumer, stream);
-    return openBootstrap(this.pool, this.options, consumer, stream, options.signal);
+    const snapshot = await openBootstrap(this.pool, this.options, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed));
+    if (this.closed) {
+      await snapshot.close();
+      throw new ClosedError('StreamClient');
+    }
+    this.snapshots.add(snapshot);
+    return snapshot;
   }
 
   /**
    * Stops every running tail and drain (they reject with a `ClosedError`),
-   * waits for them to release their connections, and stops the listener.
-   * Idempotent; does not end the pool.
+   * closes open bootstrap snapshots without committing, waits until their
+   * connections are back, and stops the listener. Idempotent; does not end
+   * the pool.
    */
   async close(): Promise<void> {
     this.closed = true;
     const running = [...this.running];
     for (const r of running) r.stop.abort(new ClosedError('StreamClient'));
-    await Promise.allSettled(running.map((r) => r.done));
+    await Promise.allSettled([...running.map((r) => r.done), ...[...this.snapshots].map((snap) => snap.close())]);
   }
 
   /** Runs `body` holding the cursor, with the listener subscribed; releases both however it ends. */
@@ -205,7 +213,10 @@ export class StreamClient {
         return page;
       }
       if (attempt >= CURSOR_CREATE_ATTEMPTS) {
-        throw new Error(`tidemark: cursor row of ${JSON.stringify(hold.consumer)} keeps disappearing; is something deleting ${this.options.schema}.cursors rows?`);
+        throw new Error(
+          `tidemark: the page finds no cursor row of ${JSON.stringify(hold.consumer)}, or no watermark row: ` +
+            `is the schema ${this.options.schema} migrated, and is something deleting rows of its cursors table?`,
+        );
       }
       // First touch: create the row in its own READ COMMITTED statement. A
       // concurrent creator makes it wait, then do nothing; either way the

@@ -181,3 +181,59 @@ test('retention past a paused consumer: ResyncRequiredError, resync recorded, bo
   assert.equal(await safeSeq(observer), 8n);
   await watermarker.close();
 });
+
+test('a bootstrap client stalled between any two of its statements holds no fence: writers go on', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  await observer.query(DOMAIN);
+  const writer = await db.session('writer');
+  await depositTx(writer, 'a', 1);
+  await writer.query(`SET lock_timeout = '10s'`); // a blocked writer fails the test instead of hanging it
+
+  // A client whose every statement first waits here: the process "freezes"
+  // before sending it, as a GC pause or a stopped VM would.
+  const stalls: string[] = [];
+  let stall: ((text: string) => Promise<void>) | undefined;
+  class StallingClient extends (await import('pg')).default.Client {
+    override query(...args: unknown[]): never {
+      const text = typeof args[0] === 'string' ? args[0] : String((args[0] as { text?: string })?.text);
+      const run = () => (super.query as (...a: unknown[]) => unknown)(...args);
+      return (stall ? stall(text).then(run) : run()) as never;
+    }
+  }
+  const pool = db.pool({ Client: StallingClient } as never);
+  const client = new StreamClient(pool, { listen: false });
+  stall = async (text) => {
+    stalls.push(text.split(/\s+/).slice(0, 3).join(' '));
+    assert.deepEqual(await fenceLocks(observer), [], `no fence held while stalled before: ${text.slice(0, 60)}`);
+    await depositTx(writer, 'b', 1); // a writer gets through
+  };
+  const snap = await client.bootstrap('projector', 'accounts');
+  await rebuild(snap.tx);
+  await snap.commit();
+  stall = undefined;
+  assert.ok(stalls.length >= 5, `stalled before each statement (${stalls.join(' | ')})`);
+  assert.ok(stalls.some((s) => s.startsWith('SELECT pg_advisory_lock')), 'including right before the fenced message');
+  // Every deposit made while stalled after the snapshot is beyond safeSeq, and tail applies it once.
+  await new Watermarker(pool).step();
+  await client.drain('projector', 'accounts', project);
+  assert.deepEqual(await table(observer, 'projection'), await table(observer, 'balances'));
+});
+
+test('a snapshot handle is dead after commit or close, and StreamClient.close() closes open snapshots', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query(DOMAIN);
+  const pool = db.pool();
+  const client = new StreamClient(pool, { listen: false });
+  const snap = await client.bootstrap('projector', 'accounts');
+  await snap.commit();
+  await assert.rejects(snap.tx.query('SELECT 1'), { code: 'CLOSED' });
+
+  const open = await client.bootstrap('projector', 'accounts');
+  await rebuild(open.tx);
+  await client.close();
+  await assert.rejects(open.tx.query('SELECT 1'), { code: 'CLOSED' });
+  await assert.rejects(open.commit(), { code: 'CLOSED' });
+  assert.equal(pool.totalCount, pool.idleCount);
+  await assert.rejects(client.bootstrap('projector', 'accounts'), { code: 'CLOSED' });
+});

@@ -1,6 +1,16 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { ConnectionLostError, CursorContentionError, HandlerError, isRetryable, StreamClient, Watermarker, type ConsumerEvent, type StreamEvent } from '../../src/index.js';
+import {
+  ConnectionLostError,
+  CursorContentionError,
+  HandlerError,
+  isRetryable,
+  StreamClient,
+  Watermarker,
+  type ConsumerEvent,
+  type StreamEvent,
+  type Transaction,
+} from '../../src/index.js';
 import { closeAdmin, insertEvent, testDb, waitForBlockedStatement, type TestDb } from '../support/db.js';
 import { latch, Recorder } from '../support/latch.js';
 
@@ -340,4 +350,48 @@ test('events reach the handler with their fields; drain honours maxEvents; bad a
   assert.throws(() => new StreamClient(pool, { schema: 'Bad' }), { option: 'schema' });
   assert.equal(await cursorOf(db), 2n, 'nothing was written by the rejected calls');
   await watermarker.close();
+});
+
+test('nothing a handler leaves behind reaches the pool: its tx handle dies with the page, and session state is reset', async (t) => {
+  const db = await testDb(t);
+  const pool = db.pool({ max: 1 });
+  const watermarker = new Watermarker(db.pool());
+  await publish(db, 1, watermarker);
+  let kept: Transaction | undefined;
+  const client = new StreamClient(pool, { listen: false });
+  await client.drain('c', 's', async (_e, tx) => {
+    kept = tx;
+    // Session state a careless handler might leave on the borrowed connection.
+    await tx.query('SELECT pg_advisory_lock(4242)');
+    await tx.query('LISTEN handler_channel');
+    await tx.query(`SET statement_timeout = '1234ms'`);
+  });
+  await assert.rejects(kept!.query('SELECT 1'), { code: 'CLOSED' }, 'a kept handle cannot reach the pooled connection');
+  const c = await pool.connect(); // the same, single, connection
+  try {
+    assert.deepEqual((await c.query('SELECT pg_listening_channels() AS ch')).rows, []);
+    assert.equal((await c.query('SHOW statement_timeout')).rows[0].statement_timeout, '0');
+    const locks = await c.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`);
+    assert.equal(locks.rows[0].n, 0);
+  } finally {
+    c.release();
+  }
+  await watermarker.close();
+});
+
+test('a tail whose connection is terminated while it waits ends with a retryable ConnectionLostError', async (t) => {
+  const db = await testDb(t);
+  const pool = db.pool();
+  const pages = new Recorder<ConsumerEvent>();
+  const client = new StreamClient(pool, { listen: false, pollIntervalMs: 600_000, observer: pages.push });
+  db.defer(() => client.close());
+  const tailing = client.tail('c', 's', () => undefined);
+  tailing.catch(() => undefined);
+  await pages.next((e) => e.type === 'page');
+  const pid = (await db.observer.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'COMMIT%' AND pid <> pg_backend_pid()`)).rows[0].pid;
+  await db.observer.query('SELECT pg_terminate_backend($1)', [pid]);
+  const err = await tailing.then(() => assert.fail('tail should end'), (e: unknown) => e);
+  assert.ok(err instanceof ConnectionLostError, String(err));
+  assert.equal(isRetryable(err), true);
+  assert.equal(pool.totalCount, pool.idleCount);
 });

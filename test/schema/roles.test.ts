@@ -12,8 +12,9 @@ after(closeAdmin);
 /** Creates a role through the opt-in function; drops it (roles are cluster-wide) after the test. */
 async function grantedRole(t: TestContext, db: TestDb, kind: 'writer' | 'consumer') {
   const role = `tidemark_test_${kind}_${randomBytes(4).toString('hex')}`;
-  await db.observer.query(`SELECT tidemark.grant_${kind}($1)`, [role]);
-  await db.observer.query(`SELECT tidemark.grant_${kind}($1)`, [role]); // idempotent
+  const grant = kind === 'writer' ? `SELECT tidemark.grant_writer($1)` : `SELECT tidemark.grant_consumer($1, ARRAY['c', 'c2'])`;
+  await db.observer.query(grant, [role]);
+  await db.observer.query(grant, [role]); // idempotent
   t.after(async () => {
     // Runs after the test database (and the privileges in it) is gone.
     const { default: pg } = await import('pg');
@@ -47,7 +48,7 @@ test('the writer role can append, from SQL and TypeScript, and do nothing else',
       ['run the watermark step', `SELECT * FROM tidemark.watermark_step('me', false, 10, false)`],
       ['move cursors', `INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's')`],
       ['touch horizons', `INSERT INTO tidemark.horizons (stream, pruned_through_seq) VALUES ('s', 1)`],
-      ['grant itself more', `SELECT tidemark.grant_consumer('anyone')`],
+      ['grant itself more', `SELECT tidemark.grant_consumer('anyone', ARRAY['x'])`],
     ];
     for (const [what, statement] of refused) {
       await assert.rejects(c.query(statement), denied, `a writer must not ${what}`);
@@ -71,6 +72,7 @@ test('the consumer role can tail, record resyncs and bootstrap, and do nothing e
   const watermarker = new Watermarker(owner);
   await observer.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'a'), ('s', 'k', 'b')`);
   await watermarker.step();
+  await observer.query(`INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('victim', 's', 1)`);
 
   const { role, pool } = await grantedRole(t, db, 'consumer');
   const client = new StreamClient(pool, { listen: true, pollIntervalMs: 10 });
@@ -93,12 +95,19 @@ test('the consumer role can tail, record resyncs and bootstrap, and do nothing e
       ['publish a watermark', `UPDATE tidemark.watermark SET safe_seq = 100`],
       ['move horizons', `UPDATE tidemark.horizons SET pruned_through_seq = 0`],
       ['delete cursors', `DELETE FROM tidemark.cursors`],
+      ['create a cursor for a consumer it was not granted', `INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('other', 's', 999)`],
+      ['grant itself another consumer', `INSERT INTO tidemark.consumer_grants VALUES (current_user, 'victim')`],
       ['write heartbeats', `SELECT tidemark.beat('x', 'y', '{}', 10)`],
       ['grant itself more', `SELECT tidemark.grant_writer($1)`],
     ];
     for (const [what, statement] of refused) {
       await assert.rejects(c.query(statement, statement.includes('$1') ? [role] : []), denied, `a consumer must not ${what}`);
     }
+    // Other consumers' cursors are invisible to it, so it cannot move them.
+    const moved = await c.query(`UPDATE tidemark.cursors SET seq = 1000000 WHERE consumer = 'victim'`);
+    assert.equal(moved.rowCount, 0);
+    assert.equal((await c.query(`SELECT DISTINCT consumer FROM tidemark.cursors ORDER BY consumer`)).rows.map((r) => r.consumer).join(), 'c,c2');
+    await assert.rejects(client.drain('victim', 's', () => undefined), { code: '42501' }, 'nor tail as another consumer');
   } finally {
     c.release();
   }
