@@ -33,21 +33,22 @@ $$;
 -- consumer role that could move another consumer's cursor could make it skip
 -- events silently.
 CREATE TABLE {{schema}}.consumer_grants (
-  role_name name NOT NULL,
-  consumer  text NOT NULL CHECK (consumer <> ''),
-  PRIMARY KEY (role_name, consumer)
+  role_id  oid NOT NULL,  -- pg_roles.oid: a role dropped and recreated under the same name gets nothing
+  consumer text NOT NULL CHECK (consumer <> ''),
+  PRIMARY KEY (role_id, consumer)
 );
 
 ALTER TABLE {{schema}}.cursors ENABLE ROW LEVEL SECURITY;
+-- The join with pg_roles skips grants of dropped roles.
 CREATE POLICY cursors_granted_consumers ON {{schema}}.cursors
   USING (EXISTS (
-    SELECT 1 FROM {{schema}}.consumer_grants g
+    SELECT 1 FROM {{schema}}.consumer_grants g JOIN pg_catalog.pg_roles r ON r.oid = g.role_id
      WHERE g.consumer = cursors.consumer
-       AND pg_catalog.pg_has_role(current_user, g.role_name, 'USAGE')))
+       AND pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')))
   WITH CHECK (EXISTS (
-    SELECT 1 FROM {{schema}}.consumer_grants g
+    SELECT 1 FROM {{schema}}.consumer_grants g JOIN pg_catalog.pg_roles r ON r.oid = g.role_id
      WHERE g.consumer = cursors.consumer
-       AND pg_catalog.pg_has_role(current_user, g.role_name, 'USAGE')));
+       AND pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')));
 
 -- Consumer: read events, the watermark and horizons; create, lock and
 -- advance the cursor rows of the named consumers only (SELECT ... FOR NO KEY
@@ -68,8 +69,9 @@ BEGIN
   EXECUTE format('GRANT SELECT ON {{schema}}.consumer_grants TO %I', p_role);
   EXECUTE format('GRANT SELECT, INSERT ON {{schema}}.cursors TO %I', p_role);
   EXECUTE format('GRANT UPDATE (seq, updated_at, resync_count, last_resync_at) ON {{schema}}.cursors TO %I', p_role);
-  INSERT INTO {{schema}}.consumer_grants (role_name, consumer)
-  SELECT p_role, c FROM unnest(p_consumers) AS c
+  INSERT INTO {{schema}}.consumer_grants (role_id, consumer)
+  SELECT r.oid, c FROM pg_catalog.pg_roles r, unnest(p_consumers) AS c
+   WHERE r.rolname = p_role
   ON CONFLICT DO NOTHING;
 END
 $$;

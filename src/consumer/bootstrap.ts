@@ -65,8 +65,8 @@ export async function openBootstrap(
     // fenced section is one simple-protocol message that the server runs
     // back to back: the fence is never held while the server waits for this
     // client (a stalled process cannot stall writers). See takeSnapshot.
+    const safeSeq = await takeSnapshot(hold, s, fence, options, signal);
     inTransaction = true;
-    const safeSeq = await takeSnapshot(client, s, fence, options, signal);
     let prior: { seq: string } | undefined;
     try {
       prior = (
@@ -83,10 +83,10 @@ export async function openBootstrap(
     signal?.throwIfAborted();
     return new Snapshot(hold, s, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
   } catch (err) {
+    // takeSnapshot leaves the connection clean or marked broken; after it,
+    // the open transaction is rolled back (a failed rollback marks it broken).
     const translated = signal?.aborted && err === signal.reason ? err : hold.translate(err);
     if (inTransaction) await hold.rollback();
-    // A failure anywhere above may leave the session holding the fence: destroy it.
-    hold.markBroken(err);
     await hold.release();
     throw translated;
   }
@@ -94,24 +94,31 @@ export async function openBootstrap(
 
 /**
  * Opens the REPEATABLE READ transaction with its snapshot taken under the
- * exclusive fence, and returns the snapshot point W. One message, four
- * statements, run by the server without waiting for the client:
+ * exclusive fence, and returns the snapshot point W. One message, run by the
+ * server statement after statement without waiting for the client:
  *
- * 1. take the fence session-level, the wait bounded by lock_timeout (local
- *    to this implicit transaction); a timeout (55P03) skips the rest and
- *    leaves the connection clean: nothing held, no transaction open;
- * 2. COMMIT that implicit transaction (a session lock outlives it), so that
- * 3. BEGIN ISOLATION LEVEL REPEATABLE READ can start a fresh transaction;
- * 4. one SELECT whose snapshot, taken when it starts, becomes the
+ * 1. `BEGIN; SELECT pg_advisory_lock(fence) ...; COMMIT`: take the fence
+ *    session-level (it outlives this transaction), the wait bounded by a
+ *    lock_timeout local to it;
+ * 2. `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout`, short
+ *    (`fenceLockTimeoutMs`): the next statement waits for table locks (DDL
+ *    on events or watermark) while holding the fence;
+ * 3. one SELECT whose snapshot, taken as it starts, becomes the
  *    transaction's snapshot while the fence is still held, and which then
- *    releases the fence.
+ *    releases the fence; then `lock_timeout` back to `lockTimeoutMs`.
  *
- * The first attempt waits at most 1 ms (close to a try-lock, so it hardly
- * queues ahead of writers); later ones `fenceLockTimeoutMs`, spaced by a
- * growing pause, until `bootstrapFenceTimeoutMs` (then `FenceBusyError`).
- * All values are validated integers or a bigint key: no user text.
+ * Any failure rolls back and then checks, on the server, whether this
+ * session still holds the fence (a failure after step 1 leaves it held).
+ * Held, or unknown: the connection is marked broken, so it is destroyed and
+ * the session's end releases the fence. Not held, after a lock timeout: the
+ * fence was busy; wait and try again. The first attempt waits at most 1 ms
+ * (close to a try-lock, so it hardly queues ahead of writers), later ones
+ * `fenceLockTimeoutMs`, spaced by a growing pause, until
+ * `bootstrapFenceTimeoutMs` (then `FenceBusyError`). The SQL holds only
+ * validated integers and the bigint key: no user text.
  */
-async function takeSnapshot(client: pg.PoolClient, s: string, fence: string, options: ResolvedStreamClientOptions, signal?: AbortSignal): Promise<bigint> {
+async function takeSnapshot(hold: CursorHold, s: string, fence: string, options: ResolvedStreamClientOptions, signal?: AbortSignal): Promise<bigint> {
+  const { client } = hold;
   const started = Date.now();
   let pause = 1;
   for (let attempt = 0; ; attempt += 1) {
@@ -119,21 +126,43 @@ async function takeSnapshot(client: pg.PoolClient, s: string, fence: string, opt
     const waitMs = attempt === 0 ? 1 : options.fenceLockTimeoutMs;
     try {
       const results = (await client.query(
-        `SELECT pg_advisory_lock(${fence}) FROM (SELECT set_config('lock_timeout', '${waitMs}', true)) t; ` +
-          `COMMIT; BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${options.lockTimeoutMs}; ` +
-          `SELECT greatest((SELECT max(seq) FROM ${s}.events), (SELECT safe_seq FROM ${s}.watermark))::text AS w, ` +
-          `pg_advisory_unlock(${fence}) AS unlocked`,
+        `BEGIN; SELECT pg_catalog.pg_advisory_lock(${fence}) FROM (SELECT pg_catalog.set_config('lock_timeout', '${waitMs}', true)) t; COMMIT; ` +
+          `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${options.fenceLockTimeoutMs}; ` +
+          `SELECT greatest((SELECT pg_catalog.max(seq) FROM ${s}.events), (SELECT safe_seq FROM ${s}.watermark))::text AS w, ` +
+          `pg_catalog.pg_advisory_unlock(${fence}) AS unlocked; ` +
+          `SET LOCAL lock_timeout = ${options.lockTimeoutMs}`,
       )) as unknown as pg.QueryResult[];
-      const row = results.at(-1)!.rows[0] as { w: string; unlocked: boolean };
+      const row = results[5]!.rows[0] as { w: string; unlocked: boolean };
       if (!row.unlocked) throw new Error('tidemark bootstrap: the exclusive fence was not held at release');
       return BigInt(row.w);
     } catch (err) {
+      if (!(await fenceReleased(client, fence))) {
+        hold.markBroken(err);
+        throw err;
+      }
       if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
     }
     const waited = Date.now() - started;
     if (waited >= options.bootstrapFenceTimeoutMs) throw new FenceBusyError('bootstrap', waited);
     await sleep(pause, signal);
     pause = Math.min(pause * 2, 1000);
+  }
+}
+
+/** After a failed attempt: rolls back, then true only if the server confirms this session holds no fence. */
+async function fenceReleased(client: pg.PoolClient, fence: string): Promise<boolean> {
+  const key = BigInt(fence);
+  try {
+    await client.query('ROLLBACK');
+    const r = await client.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_catalog.pg_locks
+        WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()
+          AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`,
+      [(BigInt.asUintN(64, key) >> 32n).toString(), BigInt.asUintN(32, key).toString()],
+    );
+    return r.rows[0]!.n === 0;
+  } catch {
+    return false;
   }
 }
 

@@ -4,6 +4,11 @@ import type { Transaction } from './events.js';
 import { acquire } from '../db/acquire.js';
 import { cursorKey } from '../db/queryable.js';
 
+/** Resets what a session may carry to the next pool user; refuses to run inside an open transaction. */
+const RELEASE_SQL =
+  'SELECT pg_catalog.now() = pg_catalog.statement_timestamp() AS fresh; ' +
+  'SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; RESET ROLE; RESET SESSION AUTHORIZATION; DISCARD TEMP';
+
 /** SQLSTATEs with which the server ends the session. */
 const SESSION_ENDING: ReadonlySet<string> = new Set([SQLSTATE.adminShutdown, SQLSTATE.crashShutdown, SQLSTATE.cannotConnectNow]);
 
@@ -64,7 +69,7 @@ export class CursorHold {
     const hold = new CursorHold(client, cursorKey(schema, consumer, stream), consumer, stream);
     let locked: boolean;
     try {
-      const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [hold.key.toString()]);
+      const r = await client.query<{ ok: boolean }>('SELECT pg_catalog.pg_try_advisory_lock($1) AS ok', [hold.key.toString()]);
       locked = r.rows[0]!.ok;
     } catch (err) {
       hold.markBroken(err);
@@ -95,7 +100,7 @@ export class CursorHold {
   translate(err: unknown): unknown {
     if (err instanceof TidemarkError) return err;
     const state = sqlState(err);
-    if (state === undefined || state.startsWith('08') || SESSION_ENDING.has(state) || this.broken !== undefined) {
+    if (state === undefined || state.startsWith('08') || SESSION_ENDING.has(state)) {
       // No SQLSTATE: the driver lost the connection. 08xxx / 57P0x: the
       // server ended the session. Either way the connection is gone.
       this.markBroken(err);
@@ -118,14 +123,19 @@ export class CursorHold {
    * Returns the connection to the pool in a clean state, or destroys it when
    * its state is unknown. Idempotent. The reset also undoes session state a
    * handler may have left on the connection it borrowed: advisory locks
-   * (the cursor lock among them), LISTENs and SET parameters.
+   * (the cursor lock among them), LISTENs, SET parameters, SET ROLE and
+   * temporary tables.
    */
   async release(locked = true): Promise<void> {
     if (this.released) return;
     this.released = true;
     if (this.broken === undefined && locked) {
       try {
-        await this.client.query('SELECT pg_advisory_unlock_all(); UNLISTEN *; RESET ALL');
+        // First statement: a session with no open transaction starts one
+        // here, so now() equals statement_timestamp(); inside a transaction
+        // left open it would not, and the connection must not be reused.
+        const results = (await this.client.query(RELEASE_SQL)) as unknown as { rows: { fresh: boolean }[] }[];
+        if (!results[0]!.rows[0]!.fresh) this.markBroken(new Error('a transaction was left open on the connection'));
       } catch (err) {
         this.markBroken(err);
       }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import type pg from 'pg';
 import { Pruner, ResyncRequiredError, StreamClient, Watermarker, type StreamEvent, type Transaction } from '../../src/index.js';
-import { closeAdmin, fenceLocks, safeSeq, testDb, waitForExclusiveWaiter, type Session } from '../support/db.js';
+import { closeAdmin, fenceLocks, safeSeq, testDb, waitFor, waitForExclusiveWaiter, type Session } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -213,7 +213,7 @@ test('a bootstrap client stalled between any two of its statements holds no fenc
   await snap.commit();
   stall = undefined;
   assert.ok(stalls.length >= 5, `stalled before each statement (${stalls.join(' | ')})`);
-  assert.ok(stalls.some((s) => s.startsWith('SELECT pg_advisory_lock')), 'including right before the fenced message');
+  assert.ok(stalls.some((s) => s.includes('pg_advisory_lock(')), 'including right before the fenced message');
   // Every deposit made while stalled after the snapshot is beyond safeSeq, and tail applies it once.
   await new Watermarker(pool).step();
   await client.drain('projector', 'accounts', project);
@@ -236,4 +236,24 @@ test('a snapshot handle is dead after commit or close, and StreamClient.close() 
   await assert.rejects(open.commit(), { code: 'CLOSED' });
   assert.equal(pool.totalCount, pool.idleCount);
   await assert.rejects(client.bootstrap('projector', 'accounts'), { code: 'CLOSED' });
+});
+
+test('DDL holding the outbox tables makes bootstrap fail fast, and the fence is not left held', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const pool = db.pool();
+  // Someone runs DDL on the watermark table: the fenced snapshot statement would wait for it.
+  const ddl = await db.session('ddl');
+  await ddl.query('BEGIN');
+  await ddl.query('LOCK TABLE tidemark.watermark IN ACCESS EXCLUSIVE MODE');
+  const client = new StreamClient(pool, { listen: false, fenceLockTimeoutMs: 20, lockTimeoutMs: 60_000 });
+  const err = await client.bootstrap('projector', 'accounts').then(() => assert.fail('should fail'), (e: unknown) => e);
+  assert.equal((err as { code?: string }).code, '55P03', 'bounded by fenceLockTimeoutMs, not lockTimeoutMs');
+  // The connection that held the fence is destroyed; its session ends and the fence with it.
+  await waitFor('the fence to be free', async () => (await fenceLocks(observer)).length === 0);
+  await ddl.query('ROLLBACK');
+  const snap = await client.bootstrap('projector', 'accounts');
+  assert.equal(snap.safeSeq, 0n);
+  await snap.close();
+  assert.equal(pool.totalCount, pool.idleCount);
 });

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, test } from 'node:test';
+import pg from 'pg';
 import {
   ConnectionLostError,
   CursorContentionError,
@@ -358,6 +360,14 @@ test('nothing a handler leaves behind reaches the pool: its tx handle dies with 
   const watermarker = new Watermarker(db.pool());
   await publish(db, 1, watermarker);
   let kept: Transaction | undefined;
+  // A role the handler switches to (allowed to go on with the page: consumer 'c').
+  const role = `tidemark_test_h_${randomBytes(4).toString('hex')}`;
+  await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [role]);
+  t.after(async () => {
+    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
+    await admin.connect();
+    await admin.query(`DROP ROLE IF EXISTS "${role}"`).finally(() => admin.end());
+  });
   const client = new StreamClient(pool, { listen: false });
   await client.drain('c', 's', async (_e, tx) => {
     kept = tx;
@@ -365,12 +375,16 @@ test('nothing a handler leaves behind reaches the pool: its tx handle dies with 
     await tx.query('SELECT pg_advisory_lock(4242)');
     await tx.query('LISTEN handler_channel');
     await tx.query(`SET statement_timeout = '1234ms'`);
+    await tx.query('CREATE TEMP TABLE handler_scratch (x int)');
+    await tx.query(`SET ROLE "${role}"`);
   });
   await assert.rejects(kept!.query('SELECT 1'), { code: 'CLOSED' }, 'a kept handle cannot reach the pooled connection');
   const c = await pool.connect(); // the same, single, connection
   try {
     assert.deepEqual((await c.query('SELECT pg_listening_channels() AS ch')).rows, []);
     assert.equal((await c.query('SHOW statement_timeout')).rows[0].statement_timeout, '0');
+    assert.equal((await c.query('SELECT current_user = session_user AS same')).rows[0].same, true, 'SET ROLE undone');
+    assert.equal((await c.query(`SELECT to_regclass('pg_temp.handler_scratch') AS t`)).rows[0].t, null, 'temp table gone');
     const locks = await c.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`);
     assert.equal(locks.rows[0].n, 0);
   } finally {

@@ -96,7 +96,7 @@ test('the consumer role can tail, record resyncs and bootstrap, and do nothing e
       ['move horizons', `UPDATE tidemark.horizons SET pruned_through_seq = 0`],
       ['delete cursors', `DELETE FROM tidemark.cursors`],
       ['create a cursor for a consumer it was not granted', `INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('other', 's', 999)`],
-      ['grant itself another consumer', `INSERT INTO tidemark.consumer_grants VALUES (current_user, 'victim')`],
+      ['grant itself another consumer', `INSERT INTO tidemark.consumer_grants SELECT oid, 'victim' FROM pg_roles WHERE rolname = current_user`],
       ['write heartbeats', `SELECT tidemark.beat('x', 'y', '{}', 10)`],
       ['grant itself more', `SELECT tidemark.grant_writer($1)`],
     ];
@@ -112,4 +112,28 @@ test('the consumer role can tail, record resyncs and bootstrap, and do nothing e
     c.release();
   }
   await watermarker.close();
+});
+
+test('a dropped role leaves its consumer grants inert: other consumer roles keep working, a namesake gets nothing', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const gone = `tidemark_test_gone_${randomBytes(4).toString('hex')}`;
+  await observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [gone]);
+  const { pool } = await grantedRole(t, db, 'consumer'); // granted 'c' and 'c2'
+  await observer.query(`DROP OWNED BY "${gone}"`);
+  await observer.query(`DROP ROLE "${gone}"`);
+  const client = new StreamClient(pool, { listen: false });
+  assert.equal((await client.drain('c2', 's', () => undefined)).delivered, 0, 'the policy ignores the dropped role');
+
+  // A new role under the old name inherits nothing.
+  await observer.query(`CREATE ROLE "${gone}" NOLOGIN`);
+  t.after(async () => {
+    const { default: pg } = await import('pg');
+    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
+    await admin.connect();
+    await admin.query(`DROP ROLE IF EXISTS "${gone}"`).finally(() => admin.end());
+  });
+  await observer.query(`GRANT USAGE ON SCHEMA tidemark TO "${gone}"; GRANT SELECT, INSERT, UPDATE ON tidemark.cursors TO "${gone}"; GRANT SELECT ON tidemark.consumer_grants TO "${gone}"`);
+  const namesake = db.pool({ options: `-c role=${gone}` });
+  await assert.rejects(namesake.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 'x')`), denied);
 });
