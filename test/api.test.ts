@@ -22,11 +22,13 @@ test('the public exports change only on purpose', () => {
     'Watermarker',
     'append',
     'appendMany',
+    'createMetrics',
     'createPool',
     'fenceKey',
     'isRetryable',
     'loadMigrations',
     'migrate',
     'notifyChannel',
+    'readStatus',
   ]);
 });

@@ -2,121 +2,167 @@
  * `tidemark` command line: a thin map from argv to the library.
  * Connection: --database-url, else DATABASE_URL, else an embedded PostgreSQL
  * kept under ./.tidemark/ (created on first use, reused after).
+ * Exit codes: 0 done, 1 failed, 2 bad usage or configuration (nothing
+ * written), 3 the consumer must resync (bootstrap).
  */
-import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import type pg from 'pg';
-import { createPool } from '../db/pool.js';
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.js';
-import { validateSchema, DEFAULT_SCHEMA } from '../db/queryable.js';
-import { migrate } from '../schema/migrate.js';
-import { Watermarker } from '../watermark/watermarker.js';
+import { Command, CommanderError, Option } from 'commander';
 import { TidemarkError } from '../errors.js';
+import { appendCommand } from './commands/append.js';
+import { demoCommand } from './commands/demo.js';
+import { migrateCommand } from './commands/migrate.js';
+import { pruneCommand } from './commands/prune.js';
+import { serveCommand } from './commands/serve.js';
+import { statusCommand } from './commands/status.js';
+import { tailCommand } from './commands/tail.js';
+import { watermarkCommand } from './commands/watermark.js';
+import { checkGlobals, type GlobalOptions } from './context.js';
+import { CliError } from './duration.js';
+import { DEFAULT_SCHEMA } from '../db/queryable.js';
 
-const USAGE = `Usage: tidemark <command> [options]
+function program(setExit: (code: number) => void): Command {
+  const root = new Command('tidemark')
+    .description('Gap-free transactional outbox and change stream for PostgreSQL')
+    .addOption(new Option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL, else an embedded server under ./.tidemark/)'))
+    .option('--schema <name>', `tidemark schema (default: ${DEFAULT_SCHEMA}; demo: tidemark_demo)`)
+    .option('--ephemeral', 'with no database URL: a throwaway embedded server, deleted on exit')
+    .showHelpAfterError(false)
+    .exitOverride()
+    .configureOutput({ outputError: () => undefined });
 
-Commands:
-  migrate [--dry-run]          apply pending migrations and list them
-  watermark --once [--json]    run one watermark step and print its progress
+  // Commander's option names match each command's options type.
+  const action =
+    <T extends GlobalOptions>(run: (options: T) => Promise<number>, defaultSchema = DEFAULT_SCHEMA) =>
+    async (_opts: unknown, command: Command) => {
+      const options = command.optsWithGlobals() as T;
+      options.schema = (options.schema as string | undefined) ?? defaultSchema;
+      checkGlobals(options); // schema and URL are checked before anything connects
+      setExit(await run(options));
+    };
+  const examples = (lines: string[]) => `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
 
-Options:
-  --database-url URL   PostgreSQL connection string (default: $DATABASE_URL,
-                       else an embedded PostgreSQL under ./.tidemark/)
-  --schema NAME        tidemark schema (default: tidemark)
-  -h, --help           show this help
+  root
+    .command('migrate')
+    .description('apply pending migrations and list them')
+    .option('--dry-run', 'list what would be applied; apply nothing')
+    .addHelpText('after', examples(['npx tidemark migrate', 'DATABASE_URL=postgres://localhost/app npx tidemark migrate --dry-run']))
+    .action(action(migrateCommand));
 
-Examples:
-  npx tidemark migrate
-  DATABASE_URL=postgres://localhost/app npx tidemark watermark --once --json
-`;
+  root
+    .command('serve')
+    .description('run the daemon: the leased watermarker and/or the pruner, with /healthz and /metrics')
+    .option('--roles <list>', 'comma-separated: watermarker, pruner', 'watermarker,pruner')
+    .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
+    .option('--owner <name>', 'lease owner / heartbeat name (default: host:pid:random)')
+    .option('--lease-ttl <duration>', 'watermarker lease TTL', '10s')
+    .option('--lease-renew <duration>', 'lease renewal interval, below half the TTL (default: TTL/3)')
+    .option('--retention <duration>', 'pruner: delete events older than this', '7d')
+    .option('--prune-interval <duration>', 'pruner: pause between passes', '1m')
+    .option('--allow-short-retention', 'accept a retention below 1h')
+    .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464', 'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a']),
+    )
+    .action(action(serveCommand));
 
-class UsageError extends Error {}
+  root
+    .command('append')
+    .description('append events: one from flags, or NDJSON from stdin; prints the seqs')
+    .option('--stream <stream>', 'stream name')
+    .option('--kind <kind>', 'event kind')
+    .option('--key <key>', 'entity key')
+    .option('--payload <json>', 'JSON object')
+    .option('--headers <json>', 'JSON object')
+    .option('--ndjson', 'read events ({"stream","kind","key","payload","headers"} per line) from stdin')
+    .option('--batch <n>', 'with --ndjson: events per transaction', '500')
+    .addHelpText(
+      'after',
+      examples([`npx tidemark append --stream orders --kind order.placed --key o-1 --payload '{"total":42}'`, 'cat events.ndjson | npx tidemark append --ndjson']),
+    )
+    .action(action(appendCommand));
 
-interface Connection {
-  pool: pg.Pool;
-  close(): Promise<void>;
+  root
+    .command('watermark')
+    .description('run one watermark step')
+    .option('--once', 'one step, then release the lease')
+    .option('--json', 'print the progress as JSON')
+    .addHelpText('after', examples(['npx tidemark watermark --once --json']))
+    .action(action(watermarkCommand));
+
+  root
+    .command('tail')
+    .description('deliver a stream to stdout, advancing a durable cursor')
+    .requiredOption('--consumer <name>', 'consumer name (the cursor is per consumer and stream)')
+    .requiredOption('--stream <name>', 'stream to follow')
+    .option('--bootstrap', 'first move the cursor to the present (a fresh snapshot point)')
+    .option('--once', 'deliver what is visible now, then exit')
+    .option('--json', 'NDJSON output (default: tab-separated seq, kind, key, payload)')
+    .option('--limit <n>', 'stop after n events')
+    .option('--batch <n>', 'events per page', '500')
+    .option('--poll <duration>', 'poll interval when no notification arrives', '1s')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark tail --consumer audit --stream orders --json', 'npx tidemark tail --consumer audit --stream orders --once --limit 100']) +
+        '\nExit code 3: retention removed events the consumer had not read; rebuild, then rerun with --bootstrap.\n',
+    )
+    .action(action(tailCommand));
+
+  root
+    .command('prune')
+    .description('delete events older than the retention (only at or below safe_seq)')
+    .option('--once', 'one pass')
+    .option('--retention <duration>', 'delete events older than this', '7d')
+    .option('--allow-short-retention', 'accept a retention below 1h')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', examples(['npx tidemark prune --once --retention 3d']))
+    .action(action(pruneCommand));
+
+  root
+    .command('status')
+    .description('safe_seq, lag, lease, streams and consumers')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark status', 'npx tidemark status --json --schema tidemark_demo']))
+    .action(action(statusCommand));
+
+  root
+    .command('demo')
+    .description('live demo: watermarker, concurrent writers with real gaps, a consumer, and a verdict')
+    .option('--duration <duration>', 'how long writers write', '10s')
+    .option('--writers <n>', 'concurrent writers', '4')
+    .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']))
+    .action(action(demoCommand, 'tidemark_demo'));
+
+  return root;
 }
 
-async function connect(url: string | undefined): Promise<Connection> {
-  let embedded: EmbeddedPostgresHandle | undefined;
-  if (!url) {
-    embedded = await startEmbeddedPostgres({ dataDir: resolve('.tidemark', 'pg'), port: 54329 });
-    url = embedded.url;
-  } else {
-    try {
-      const parsed = new URL(url);
-      if (!/^postgres(ql)?:$/.test(parsed.protocol)) throw new Error();
-    } catch {
-      throw new UsageError('--database-url: expected a postgres:// or postgresql:// URL');
-    }
-  }
-  const pool = createPool({ connectionString: url, max: 4 });
-  return {
-    pool,
-    async close() {
-      await pool.end();
-      await embedded?.stop();
-    },
-  };
-}
-
-function bigintJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-}
-
+/** Runs the CLI; resolves with the exit code. */
 export async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      'database-url': { type: 'string' },
-      schema: { type: 'string', default: DEFAULT_SCHEMA },
-      'dry-run': { type: 'boolean', default: false },
-      once: { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  const [command, ...rest] = positionals;
-  if (values.help || !command) {
-    console.log(USAGE);
-    return command || values.help ? 0 : 2;
-  }
-  if (rest.length > 0) throw new UsageError(`unexpected argument: ${rest[0]}`);
-  if (command !== 'migrate' && command !== 'watermark') throw new UsageError(`unknown command: ${command}`);
-  if (command === 'watermark' && !values.once) throw new UsageError('watermark: only --once is supported; run the daemon with the library for now');
-  const schema = validateSchema(values.schema, '--schema');
-
-  const connection = await connect(values['database-url'] ?? process.env.DATABASE_URL);
+  let code = 0;
+  const root = program((c) => (code = c));
   try {
-    if (command === 'migrate') {
-      const result = await migrate(connection.pool, { schema, dryRun: values['dry-run'] });
-      const verb = values['dry-run'] ? 'would apply' : 'applied';
-      if (result.applied.length === 0) console.log(`schema ${schema} is up to date (${result.alreadyApplied.length} migrations)`);
-      for (const m of result.applied) console.log(`${verb} ${m.name}`);
-      return 0;
+    if (argv.length === 0) {
+      root.outputHelp();
+      return 2;
     }
-    const watermarker = new Watermarker(connection.pool, { schema, leaseTtlMs: 5_000 });
-    try {
-      const progress = await watermarker.step();
-      console.log(values.json ? bigintJson(progress) : `${progress.outcome}: safe_seq ${progress.safeSeq} (max seq ${progress.maxSeq ?? '-'})`);
-    } finally {
-      await watermarker.close();
+    await root.parseAsync(argv, { from: 'user' });
+    return code;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return 0;
+      console.error(`tidemark: ${err.message.replace(/^error: /, '')}`);
+      return 2;
     }
-    return 0;
-  } finally {
-    await connection.close();
-  }
-}
-
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    if (err instanceof UsageError || err instanceof TidemarkError || (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
-      console.error(`tidemark: ${(err as Error).message}`);
-      process.exit(2);
+    if (err instanceof CliError) {
+      console.error(`tidemark: ${err.message}`);
+      return err.exitCode;
+    }
+    if (err instanceof TidemarkError) {
+      console.error(`tidemark: ${err.message}`);
+      return err.code === 'INVALID_OPTIONS' || err.code === 'INVALID_EVENT' ? 2 : 1;
     }
     console.error(err);
-    process.exit(1);
-  },
-);
+    return 1;
+  }
+}
+
+main(process.argv.slice(2)).then((code) => process.exit(code));

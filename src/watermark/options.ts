@@ -14,14 +14,22 @@ export interface WatermarkerOptions {
   leaseTtlMs?: number;
   /** How often the active watermarker renews its lease; below half of `leaseTtlMs`. Default `leaseTtlMs / 3`. */
   leaseRenewMs?: number;
-  /** Bound on a blocking wait for the exclusive fence (`lock_timeout`). Default 50. */
+  /** Bound on the first blocking wait for the exclusive fence (`lock_timeout`). Default 50. */
   lockTimeoutMs?: number;
+  /**
+   * Cap of the bounded wait, which doubles after each wait that timed out
+   * and returns to `lockTimeoutMs` after a step that was not busy. While
+   * writers overlap without pause, a wait succeeds once it outlasts the
+   * writers already holding the fence; so safe_seq keeps advancing as long
+   * as writer transactions are shorter than this. Default 2000.
+   */
+  lockTimeoutMaxMs?: number;
   /**
    * Consecutive try-lock misses before a step waits (bounded by
    * `lockTimeoutMs`) for the fence. Try-locks never queue ahead of writers;
    * the bounded wait guarantees progress under constant writer overlap.
    * After a wait times out, the number of misses before the next wait
-   * doubles (capped at 1024) until a step succeeds, so one long writer does
+   * doubles (capped at 64) until a step succeeds, so one long writer does
    * not make every new writer queue again and again. 0 means always wait.
    * Default 3.
    */
@@ -74,6 +82,11 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
   if (leaseRenewMs * 2 >= leaseTtlMs) {
     throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
   }
+  const lockTimeoutMs = integer(options, 'lockTimeoutMs', 50, 1, 60_000);
+  const lockTimeoutMaxMs = integer(options, 'lockTimeoutMaxMs', Math.max(2000, lockTimeoutMs), 1, 600_000);
+  if (lockTimeoutMaxMs < lockTimeoutMs) {
+    throw new InvalidOptionsError('lockTimeoutMaxMs', `must be at least lockTimeoutMs (${lockTimeoutMs}), got ${lockTimeoutMaxMs}`);
+  }
   const pollMinMs = integer(options, 'pollMinMs', 5, 0);
   const pollMaxMs = integer(options, 'pollMaxMs', 100, 0);
   if (pollMaxMs < pollMinMs) {
@@ -92,7 +105,8 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     owner,
     leaseTtlMs,
     leaseRenewMs,
-    lockTimeoutMs: integer(options, 'lockTimeoutMs', 50, 1, 60_000),
+    lockTimeoutMs,
+    lockTimeoutMaxMs,
     fenceTryLimit: integer(options, 'fenceTryLimit', 3, 0, 1_000_000),
     pollMinMs,
     pollMaxMs,

@@ -20,7 +20,7 @@ interface StepRow {
 
 /** Options for a single {@link Watermarker.step}. */
 export interface StepOptions {
-  /** Cancels the post-commit heartbeat. The fenced section itself is bounded by `lockTimeoutMs` and always completes or aborts on its own. */
+  /** Cancels the post-commit heartbeat. The fenced section itself is bounded by its lock wait (`lockTimeoutMs`, escalating to `lockTimeoutMaxMs`) and always completes or aborts on its own. */
   signal?: AbortSignal;
 }
 
@@ -50,6 +50,8 @@ export class Watermarker {
   private busyStreak = 0;
   /** Try-lock misses before the next bounded wait; doubles after each timed-out wait. */
   private blockAfter: number;
+  /** The next bounded wait's lock_timeout; doubles after each timed-out wait, up to lockTimeoutMaxMs. */
+  private waitMs: number;
   private lastBeatAt = Number.NEGATIVE_INFINITY;
   private closed = false;
 
@@ -60,6 +62,7 @@ export class Watermarker {
     this.pool = pool;
     this.options = resolveWatermarkerOptions(options);
     this.blockAfter = this.options.fenceTryLimit;
+    this.waitMs = this.options.lockTimeoutMs;
     const s = quoteIdent(this.options.schema);
     this.sql = {
       lease: acquireLeaseSql(this.options.schema),
@@ -99,17 +102,21 @@ export class Watermarker {
     } else {
       const blocking = this.busyStreak >= this.blockAfter;
       try {
-        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, o.lockTimeoutMs, o.synchronousCommit]);
+        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, this.waitMs, o.synchronousCommit]);
         progress = this.fromRow(result.rows[0] as StepRow, blocking);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
         // The bounded wait expired: the implicit transaction aborted, nothing
-        // was published, and the queued exclusive request is gone. A writer
-        // that outlasts one wait may outlast the next: space the waits out
-        // (each one briefly queues new writers), back to normal on success.
+        // was published, and the queued exclusive request is gone. Writers
+        // that outlast one wait may outlast the next: space the waits out
+        // (each one briefly queues new writers) and make the next one longer,
+        // so that one finally outlasts the writers holding the fence. Both
+        // go back to normal after a step that is not busy.
+        const waited = this.waitMs;
         this.busyStreak = 0;
-        this.blockAfter = Math.min(this.blockAfter * 2 + 1, 1024);
-        progress = this.progress('fence_busy', priorSeq, null, true, true, o.lockTimeoutMs, 0);
+        this.blockAfter = Math.min(this.blockAfter * 2 + 1, 64);
+        this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
+        progress = this.progress('fence_busy', priorSeq, null, true, true, waited, 0);
       }
     }
 
@@ -165,7 +172,10 @@ export class Watermarker {
       this.leader = false;
     }
     this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
-    if (row.outcome !== 'busy') this.blockAfter = this.options.fenceTryLimit;
+    if (row.outcome !== 'busy') {
+      this.blockAfter = this.options.fenceTryLimit;
+      this.waitMs = this.options.lockTimeoutMs;
+    }
     const outcome = row.outcome === 'busy' ? 'fence_busy' : row.outcome;
     return this.progress(
       outcome,

@@ -28,7 +28,7 @@ test('tidemark migrate is idempotent and watermark --once --json publishes', asy
   const db = await testDb(t);
   const first = await tidemark(['migrate', '--schema', 'cli_tm', '--database-url', db.url]);
   assert.equal(first.code, 0, first.stderr);
-  assert.match(first.stdout, /^applied 0001_init\.sql$/m);
+  assert.match(first.stdout, /^applied 0001_init\.sql\napplied 0002_roles\.sql$/m);
   const second = await tidemark(['migrate', '--schema', 'cli_tm'], { DATABASE_URL: db.url });
   assert.equal(second.code, 0, second.stderr);
   assert.match(second.stdout, /schema cli_tm is up to date/);
@@ -49,9 +49,17 @@ test('bad configuration exits 2 with one clear line and writes nothing', async (
   const cases: [string[], RegExp][] = [
     [['migrate', '--schema', 'Bad-Schema', '--database-url', db.url], /--schema: expected a lower-case SQL identifier/],
     [['migrate', '--database-url', 'mysql://x'], /--database-url: expected a postgres/],
-    [['frobnicate', '--database-url', db.url], /unknown command: frobnicate/],
-    [['watermark', '--database-url', db.url], /only --once/],
-    [['migrate', '--bogus'], /Unknown option '--bogus'/],
+    [['frobnicate', '--database-url', db.url], /unknown command 'frobnicate'/],
+    [['watermark', '--database-url', db.url], /pass --once/],
+    [['migrate', '--bogus'], /unknown option '--bogus'/],
+    [['serve', '--roles', 'watermarker,janitor', '--database-url', db.url], /--roles: unknown role "janitor"/],
+    [['serve', '--lease-ttl', '10 parsecs', '--database-url', db.url], /--lease-ttl: expected a duration/],
+    [['serve', '--lease-ttl', '10s', '--lease-renew', '5s', '--database-url', db.url], /--lease-renew: must be below half/],
+    [['serve', '--http', 'nowhere', '--database-url', db.url], /--http: expected HOST:PORT/],
+    [['prune', '--once', '--retention', '5m', '--database-url', db.url], /--retention: .*below the floor/],
+    [['tail', '--consumer', 'c', '--database-url', db.url], /required option '--stream/],
+    [['append', '--stream', 's', '--database-url', db.url], /--kind is required/],
+    [['append', '--stream', 's', '--kind', 'k', '--key', 'x', '--payload', '[1]', '--database-url', db.url], /--payload: expected a JSON object/],
   ];
   for (const [args, message] of cases) {
     const r = await tidemark(args);
@@ -61,6 +69,8 @@ test('bad configuration exits 2 with one clear line and writes nothing', async (
   }
   const schemas = await db.observer.query(`SELECT count(*)::int AS n FROM pg_namespace WHERE nspname ILIKE 'bad%'`);
   assert.equal(schemas.rows[0].n, 0);
+  const events = await db.observer.query(`SELECT count(*)::int AS n FROM tidemark.events`);
+  assert.equal(events.rows[0].n, 0, 'nothing was written');
 });
 
 test('without a database URL the CLI starts an embedded PostgreSQL under ./.tidemark and reuses it', async (t) => {

@@ -98,6 +98,47 @@ test('a busy fence is a reported outcome, never an error; progress follows once 
   await wm.close();
 });
 
+test('under writers that outlast each bounded wait, the waits escalate until one outlasts them: safe_seq still advances', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const wm = new Watermarker(db.pool(), { fenceTryLimit: 0, lockTimeoutMs: 250, lockTimeoutMaxMs: 60_000 });
+  const writer = await db.session('long writer');
+  await writer.query('BEGIN');
+  await insertEvent(writer); // seq 1, open longer than lockTimeoutMs
+  await insertEvent(await db.session('w2')); // seq 2, committed
+
+  // Each wait times out behind the open writer, and the next one is twice
+  // as long. Between waits come try-lock misses (1, then 3: the spacing).
+  const steps: [boolean, number][] = [];
+  for (let i = 0; i < 2 + 1 + 3; i++) {
+    const p = await wm.step();
+    assert.equal(p.outcome, 'fence_busy');
+    steps.push([p.fenceTimedOut, p.fenceWaitMs]);
+  }
+  assert.deepEqual(
+    steps.map(([timedOut, ms]) => (timedOut ? ms : 'miss')),
+    [250, 'miss', 500, 'miss', 'miss', 'miss'],
+  );
+  assert.equal(await safeSeq(observer), 0n);
+
+  // The third wait (1000 ms) outlasts the writer, which commits while it waits.
+  const stepping = wm.step();
+  await waitForExclusiveWaiter(observer);
+  await writer.query('COMMIT');
+  const progress = await stepping;
+  assert.equal(progress.outcome, 'advanced');
+  assert.equal(progress.safeSeq, 2n);
+
+  // Success resets the wait: the next busy wait is short again.
+  await writer.query('BEGIN');
+  await insertEvent(writer); // seq 3, open
+  await insertEvent(await db.session('w3')); // seq 4, committed: a step has work
+  const again = await wm.step();
+  assert.deepEqual([again.fenceTimedOut, again.fenceWaitMs], [true, 250]);
+  await writer.query('ROLLBACK');
+  await wm.close();
+});
+
 test('a writer cannot skip the fence by shadowing the lock function on its search_path', async (t) => {
   const db = await testDb(t);
   const { observer } = db;

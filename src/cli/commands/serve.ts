@@ -1,0 +1,180 @@
+import { createServer, type Server } from 'node:http';
+import { Pruner } from '../../retention/pruner.js';
+import { resolvePrunerOptions, type PrunerOptions } from '../../retention/options.js';
+import { Watermarker } from '../../watermark/watermarker.js';
+import { resolveWatermarkerOptions, type WatermarkerOptions } from '../../watermark/options.js';
+import { createMetrics } from '../../observability/metrics.js';
+import { configured, openDatabase, type GlobalOptions } from '../context.js';
+import { CliError, parseDuration } from '../duration.js';
+
+export interface ServeCommandOptions extends GlobalOptions {
+  roles: string;
+  http?: string;
+  owner?: string;
+  leaseTtl: string;
+  leaseRenew?: string;
+  retention: string;
+  pruneInterval: string;
+  allowShortRetention?: boolean;
+  shutdownTimeout: string;
+}
+
+const ROLES = ['watermarker', 'pruner'] as const;
+type Role = (typeof ROLES)[number];
+
+function parseRoles(text: string): Set<Role> {
+  const roles = new Set<Role>();
+  for (const name of text.split(',').map((r) => r.trim())) {
+    if (name === 'relay') throw new CliError('--roles: relay is not available yet (it comes with the NATS relay)');
+    if (!(ROLES as readonly string[]).includes(name)) throw new CliError(`--roles: unknown role ${JSON.stringify(name)}; expected some of ${ROLES.join(', ')}`);
+    roles.add(name as Role);
+  }
+  return roles;
+}
+
+function parseListen(text: string): { host: string; port: number } {
+  const match = /^(.+):(\d{1,5})$/.exec(text);
+  const port = Number(match?.[2]);
+  if (!match || port > 65_535) throw new CliError(`--http: expected HOST:PORT, e.g. 127.0.0.1:9464, got ${JSON.stringify(text)}`);
+  return { host: match[1]!.replace(/^\[(.*)\]$/, '$1'), port };
+}
+
+/**
+ * `tidemark serve --roles watermarker,pruner [--http HOST:PORT]`: the daemon.
+ * Several processes may run the same roles; the lease keeps one watermarker
+ * active. SIGINT/SIGTERM stop the loops, release the lease and exit 0, or
+ * exit 1 if that takes longer than `--shutdown-timeout`.
+ */
+export async function serveCommand(options: ServeCommandOptions): Promise<number> {
+  // Everything is validated before connecting.
+  const roles = parseRoles(options.roles);
+  const listen = options.http ? parseListen(options.http) : undefined;
+  const shutdownMs = parseDuration(options.shutdownTimeout, '--shutdown-timeout');
+  const watermarkerOptions: WatermarkerOptions = {
+    schema: options.schema,
+    owner: options.owner,
+    leaseTtlMs: parseDuration(options.leaseTtl, '--lease-ttl'),
+    leaseRenewMs: options.leaseRenew === undefined ? undefined : parseDuration(options.leaseRenew, '--lease-renew'),
+  };
+  const prunerOptions: PrunerOptions = {
+    schema: options.schema,
+    owner: options.owner,
+    retentionMs: parseDuration(options.retention, '--retention'),
+    intervalMs: parseDuration(options.pruneInterval, '--prune-interval'),
+    allowShortRetention: options.allowShortRetention ?? false,
+  };
+  if (roles.has('watermarker')) configured(() => resolveWatermarkerOptions(watermarkerOptions));
+  if (roles.has('pruner')) configured(() => resolvePrunerOptions(prunerOptions));
+
+  const db = await openDatabase(options, 6);
+  const metrics = createMetrics({ pool: db.pool, schema: options.schema });
+  const stop = new AbortController();
+  const health = { watermarker: { lastStepAt: 0, leader: false, safeSeq: '0' }, pruner: { lastRunAt: 0, lastError: null as string | null } };
+  const log = (message: string) => console.error(`tidemark serve: ${message}`);
+  let announced: boolean | undefined; // the leadership last logged
+
+  const watermarker = roles.has('watermarker')
+    ? new Watermarker(db.pool, {
+        ...watermarkerOptions,
+        observer: (p) => {
+          metrics.watermarkObserver(p);
+          if (p.leader !== announced) log(p.leader ? 'watermarker lease acquired: active' : `watermarker standby (lease held by ${p.leaseOwner ?? 'nobody'})`);
+          announced = p.leader;
+          health.watermarker = { lastStepAt: Date.now(), leader: p.leader, safeSeq: p.safeSeq.toString() };
+        },
+        onError: (err) => {
+          metrics.watermarkError(err);
+          log(`watermarker: ${(err as Error).message ?? String(err)}`);
+        },
+      })
+    : undefined;
+  const pruner = roles.has('pruner')
+    ? new Pruner(db.pool, {
+        ...prunerOptions,
+        observer: (result) => {
+          metrics.pruneObserver(result);
+          health.pruner = { lastRunAt: Date.now(), lastError: null };
+        },
+        onError: (err) => {
+          health.pruner.lastError = (err as Error).message ?? String(err);
+          log(`pruner: ${health.pruner.lastError}`);
+        },
+      })
+    : undefined;
+
+  const healthz = async () => {
+    let database: { ok: boolean; error?: string } = { ok: true };
+    try {
+      await db.pool.query('SELECT 1');
+    } catch (err) {
+      database = { ok: false, error: (err as Error).message };
+    }
+    const body: Record<string, unknown> = { database };
+    let ok = database.ok;
+    if (watermarker) {
+      const age = Date.now() - health.watermarker.lastStepAt;
+      const healthy = age < watermarker.options.leaseTtlMs;
+      ok &&= healthy;
+      body.watermarker = { healthy, leader: health.watermarker.leader, lastStepAgoMs: age, safeSeq: health.watermarker.safeSeq, owner: watermarker.options.owner };
+    }
+    if (pruner) {
+      const healthy = health.pruner.lastError === null;
+      ok &&= healthy;
+      body.pruner = { healthy, lastRunAgoMs: health.pruner.lastRunAt ? Date.now() - health.pruner.lastRunAt : null, lastError: health.pruner.lastError };
+    }
+    return { ok, body: { status: ok ? 'ok' : 'unhealthy', ...body } };
+  };
+
+  let server: Server | undefined;
+  if (listen) {
+    server = createServer((req, res) => {
+      const path = (req.url ?? '/').split('?')[0];
+      const respond = async () => {
+        if (req.method === 'GET' && path === '/healthz') {
+          const h = await healthz();
+          res.writeHead(h.ok ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(h.body));
+        } else if (req.method === 'GET' && path === '/metrics') {
+          res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(await metrics.registry.metrics());
+        } else {
+          res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /healthz or /metrics\n');
+        }
+      };
+      respond().catch((err: unknown) => res.writeHead(500).end(String(err)));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server!.once('error', (err) => reject(new CliError(`--http: cannot listen on ${options.http}: ${err.message}`, 1)));
+      server!.listen(listen.port, listen.host, resolve);
+    });
+    const address = server.address();
+    log(`http on ${typeof address === 'object' && address ? `${address.address}:${address.port}` : options.http} (/healthz, /metrics)`);
+  }
+
+  const running = [watermarker?.run(stop.signal), pruner?.run(stop.signal)].filter(Boolean);
+  log(`running ${[...roles].join(', ')}${watermarker ? ` as ${watermarker.options.owner}` : ''}`);
+  await new Promise<void>((resolve) => {
+    const onSignal = (signal: string) => {
+      log(`${signal}: stopping`);
+      resolve();
+    };
+    process.once('SIGINT', () => onSignal('SIGINT'));
+    process.once('SIGTERM', () => onSignal('SIGTERM'));
+  });
+
+  const deadline = setTimeout(() => {
+    log(`shutdown took longer than ${shutdownMs} ms; exiting`);
+    process.exit(1);
+  }, shutdownMs);
+  deadline.unref();
+  stop.abort();
+  await Promise.all(running);
+  await watermarker?.close(); // releases the lease: a standby takes over at once
+  await new Promise<void>((resolve) => {
+    if (!server) return resolve();
+    server.close(() => resolve());
+    server.closeAllConnections(); // keep-alive scrapers must not hold the exit
+  });
+  await db.close();
+  clearTimeout(deadline);
+  log('stopped');
+  return 0;
+}

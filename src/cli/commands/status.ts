@@ -1,0 +1,44 @@
+import { readStatus, type TidemarkStatus } from '../../observability/status.js';
+import { json, openDatabase, type GlobalOptions } from '../context.js';
+
+function table(headers: string[], rows: string[][]): string {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  return [line(headers), ...rows.map(line)].join('\n');
+}
+
+/** Renders a status as the readable report `tidemark status` prints. */
+export function renderStatus(s: TidemarkStatus): string {
+  const lease = s.lease.owner ? `${s.lease.owner} (${s.lease.live ? `until ${s.lease.expiresAt!.toISOString()}` : 'expired'})` : 'none';
+  const out = [
+    `schema     ${s.schema}`,
+    `safe_seq   ${s.safeSeq}`,
+    `max seq    ${s.maxSeq ?? '-'}`,
+    `lag        ${s.lagEvents} events, ${s.lagSeconds.toFixed(1)} s`,
+    `lease      ${lease}`,
+    '',
+    s.streams.length
+      ? table(['stream', 'events', 'max seq', 'pruned through'], s.streams.map((r) => [r.stream, String(r.events), String(r.maxSeq ?? '-'), String(r.prunedThroughSeq)]))
+      : '(no streams)',
+    '',
+    s.consumers.length
+      ? table(
+          ['consumer', 'stream', 'cursor', 'lag', 'resyncs', 'updated'],
+          s.consumers.map((c) => [c.consumer, c.stream, String(c.seq), String(c.lagEvents), String(c.resyncCount), c.updatedAt.toISOString()]),
+        )
+      : '(no consumers)',
+  ];
+  return out.join('\n');
+}
+
+/** `tidemark status [--json]`. */
+export async function statusCommand(options: GlobalOptions & { json?: boolean }): Promise<number> {
+  const db = await openDatabase(options);
+  try {
+    const status = await readStatus(db.pool, options.schema);
+    console.log(options.json ? json(status) : renderStatus(status));
+    return 0;
+  } finally {
+    await db.close();
+  }
+}

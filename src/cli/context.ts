@@ -1,0 +1,108 @@
+import { resolve } from 'node:path';
+import type pg from 'pg';
+import { createPool } from '../db/pool.js';
+import { attachOrStartEmbeddedPostgres, startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.js';
+import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import { InvalidOptionsError } from '../errors.js';
+import { CliError } from './duration.js';
+
+/** Options every command takes. */
+export interface GlobalOptions {
+  databaseUrl?: string;
+  schema: string;
+  ephemeral?: boolean;
+}
+
+/** A connection for one command: a pool, and the embedded server it may have started. */
+export interface Database {
+  pool: pg.Pool;
+  url: string;
+  embedded: boolean;
+  close(): Promise<void>;
+}
+
+/** Validates the schema and URL before anything connects; throws `CliError`. */
+export function checkGlobals(options: GlobalOptions): { schema: string; url: string | undefined } {
+  let schema: string;
+  try {
+    schema = validateSchema(options.schema ?? DEFAULT_SCHEMA, '--schema');
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+  const url = options.databaseUrl ?? process.env.DATABASE_URL;
+  if (url !== undefined) {
+    let ok = false;
+    try {
+      ok = /^postgres(ql)?:$/.test(new URL(url).protocol);
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new CliError(`--database-url: expected a postgres:// or postgresql:// URL`);
+  }
+  return { schema, url };
+}
+
+/**
+ * Connects: `--database-url`, else `DATABASE_URL`, else an embedded
+ * PostgreSQL kept under ./.tidemark/pg (created on first use, reused after),
+ * or a throwaway one with `--ephemeral`.
+ */
+export async function openDatabase(options: GlobalOptions, poolSize = 4): Promise<Database> {
+  let { url } = checkGlobals(options);
+  let embedded: EmbeddedPostgresHandle | undefined;
+  if (!url) {
+    embedded = options.ephemeral
+      ? await startEmbeddedPostgres({ dataDir: resolve('.tidemark', `ephemeral-${process.pid}`), ephemeral: true })
+      : await attachOrStartEmbeddedPostgres({ dataDir: resolve('.tidemark', 'pg') });
+    url = embedded.url;
+  }
+  const pool = createPool({ connectionString: url, max: poolSize, application_name: 'tidemark-cli' });
+  return {
+    pool,
+    url,
+    embedded: embedded !== undefined,
+    async close() {
+      await pool.end();
+      await embedded?.stop();
+    },
+  };
+}
+
+/** JSON with bigints as strings. */
+export function json(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+}
+
+/** Library option names as the CLI spells them. */
+const FLAGS: Record<string, string> = {
+  leaseTtlMs: '--lease-ttl',
+  leaseRenewMs: '--lease-renew',
+  retentionMs: '--retention',
+  allowShortRetention: '--allow-short-retention',
+  intervalMs: '--prune-interval',
+  batchSize: '--batch',
+  pollIntervalMs: '--poll',
+  owner: '--owner',
+  schema: '--schema',
+};
+
+/** Runs `make`, turning option validation errors into one-line usage errors that name CLI flags. */
+export function configured<T>(make: () => T): T {
+  try {
+    return make();
+  } catch (err) {
+    if (err instanceof InvalidOptionsError) {
+      let message = `${FLAGS[err.option] ?? err.option}: ${err.message.slice(err.option.length + 2)}`;
+      for (const [option, flag] of Object.entries(FLAGS)) message = message.replaceAll(new RegExp(`\\b${option}\\b`, 'g'), flag);
+      throw new CliError(message);
+    }
+    throw err;
+  }
+}
+
+/** Parses a positive integer option. */
+export function positiveInt(text: string, option: string): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1) throw new CliError(`${option}: expected a positive integer, got ${JSON.stringify(text)}`);
+  return n;
+}

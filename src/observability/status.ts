@@ -1,0 +1,88 @@
+import type { Queryable } from '../db/queryable.js';
+import { quoteIdent } from '../db/queryable.js';
+
+/** A snapshot of a tidemark schema's state, as `tidemark status` shows it. */
+export interface TidemarkStatus {
+  /** The schema read. */
+  schema: string;
+  /** The published tidemark. */
+  safeSeq: bigint;
+  /** The greatest visible seq (null for an empty table). */
+  maxSeq: bigint | null;
+  /** `maxSeq - safeSeq`: events committed or in flight above the tidemark. */
+  lagEvents: bigint;
+  /** Seconds since the watermark last advanced, while events wait above it; 0 otherwise. */
+  lagSeconds: number;
+  /** When safe_seq was last published. */
+  watermarkUpdatedAt: Date;
+  /** The watermarker lease: holder, expiry, and whether it is live by the database clock. */
+  lease: { owner: string | null; expiresAt: Date | null; live: boolean };
+  /** Per stream: events present, greatest seq present, and the retention horizon. */
+  streams: { stream: string; events: number; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
+  /** Per cursor: position, pending events below safe_seq (counted up to 1,000,000), resyncs. */
+  consumers: {
+    consumer: string;
+    stream: string;
+    seq: bigint;
+    lagEvents: number;
+    updatedAt: Date;
+    resyncCount: number;
+    lastResyncAt: Date | null;
+  }[];
+}
+
+/** Options for {@link readStatus}. */
+export interface ReadStatusOptions {
+  /** Count events per stream (a scan of the events table). Default true. */
+  streamCounts?: boolean;
+}
+
+const big = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
+
+/** Reads the watermark, lease, streams, horizons and cursors of `schema` (three statements; the figures are not from one snapshot). */
+export async function readStatus(db: Queryable, schema: string, options: ReadStatusOptions = {}): Promise<TidemarkStatus> {
+  const s = quoteIdent(schema);
+  const head = (await db.query(
+    `SELECT w.safe_seq::text, (SELECT max(seq) FROM ${s}.events)::text AS max_seq, w.updated_at, w.lease_owner, w.lease_expires_at,
+            coalesce(w.lease_expires_at > clock_timestamp(), false) AS live,
+            extract(epoch FROM clock_timestamp() - w.updated_at)::float8 AS age
+       FROM ${s}.watermark w`,
+  )).rows[0] as { safe_seq: string; max_seq: string | null; updated_at: Date; lease_owner: string | null; lease_expires_at: Date | null; live: boolean; age: number };
+  const safeSeq = BigInt(head.safe_seq);
+  const maxSeq = big(head.max_seq);
+  const lagEvents = maxSeq !== null && maxSeq > safeSeq ? maxSeq - safeSeq : 0n;
+  const counts = options.streamCounts ?? true;
+  const streams = (await db.query(
+    counts
+      ? `SELECT coalesce(e.stream, h.stream) AS stream, coalesce(e.n, 0)::int AS events, e.max_seq::text, coalesce(h.pruned_through_seq, 0)::text AS pruned
+           FROM (SELECT stream, count(*) AS n, max(seq) AS max_seq FROM ${s}.events GROUP BY stream) e
+           FULL JOIN ${s}.horizons h ON h.stream = e.stream ORDER BY 1`
+      : `SELECT stream, 0 AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
+  )).rows as { stream: string; events: number; max_seq: string | null; pruned: string }[];
+  const consumers = (await db.query(
+    `SELECT c.consumer, c.stream, c.seq::text, c.updated_at, c.resync_count, c.last_resync_at,
+            (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e
+              WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= $1::bigint LIMIT 1000000) p)::int AS lag
+       FROM ${s}.cursors c ORDER BY c.consumer, c.stream`,
+    [head.safe_seq],
+  )).rows as { consumer: string; stream: string; seq: string; updated_at: Date; resync_count: number; last_resync_at: Date | null; lag: number }[];
+  return {
+    schema,
+    safeSeq,
+    maxSeq,
+    lagEvents,
+    lagSeconds: lagEvents > 0n ? head.age : 0,
+    watermarkUpdatedAt: head.updated_at,
+    lease: { owner: head.lease_owner, expiresAt: head.lease_expires_at, live: head.live },
+    streams: streams.map((r) => ({ stream: r.stream, events: r.events, maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
+    consumers: consumers.map((r) => ({
+      consumer: r.consumer,
+      stream: r.stream,
+      seq: BigInt(r.seq),
+      lagEvents: r.lag,
+      updatedAt: r.updated_at,
+      resyncCount: r.resync_count,
+      lastResyncAt: r.last_resync_at,
+    })),
+  };
+}

@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { closeAdmin, testDb } from '../support/db.js';
+import { cli } from '../support/cli.js';
+
+after(closeAdmin);
+
+test('append then tail --once --json returns exactly the events, in order, once', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const one = await cli(['append', '--stream', 'orders', '--kind', 'order.placed', '--key', 'o-1', '--payload', '{"total":42}', '--headers', '{"trace":"t"}'], { env });
+  assert.equal(one.code, 0, one.stderr);
+  assert.equal(one.stdout, '1\n');
+  const ndjson = ['{"stream":"orders","kind":"k","key":"a"}', '', '{"stream":"other","kind":"k","key":"b"}', '{"stream":"orders","kind":"k","key":"c","payload":{"x":1}}'].join('\n');
+  const many = await cli(['append', '--ndjson', '--batch', '2'], { env, input: ndjson });
+  assert.equal(many.code, 0, many.stderr);
+  assert.equal(many.stdout, '2\n3\n4\n');
+  assert.equal((await cli(['watermark', '--once'], { env })).code, 0);
+
+  const tail = await cli(['tail', '--consumer', 'audit', '--stream', 'orders', '--once', '--json'], { env });
+  assert.equal(tail.code, 0, tail.stderr);
+  const events = tail.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(
+    events.map((e) => [e.seq, e.kind, e.key, e.payload, e.headers]),
+    [
+      ['1', 'order.placed', 'o-1', { total: 42 }, { trace: 't' }],
+      ['2', 'k', 'a', {}, {}],
+      ['4', 'k', 'c', { x: 1 }, {}],
+    ],
+  );
+  const again = await cli(['tail', '--consumer', 'audit', '--stream', 'orders', '--once', '--json'], { env });
+  assert.equal(again.stdout, '', 'the durable cursor moved past them');
+
+  const limited = await cli(['tail', '--consumer', 'other-reader', '--stream', 'orders', '--once', '--limit', '2'], { env });
+  assert.equal(limited.stdout, '1\torder.placed\to-1\t{"total":42}\n2\tk\ta\t{}\n');
+
+  // A bad line in --ndjson stops before its batch; nothing of it is written.
+  const bad = await cli(['append', '--ndjson'], { env, input: '{"stream":"orders","kind":"k"}\n' });
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /line 1: event\[0\]\.key/);
+  assert.equal((await db.observer.query('SELECT count(*)::int AS n FROM tidemark.events')).rows[0].n, 4);
+});
+
+test('status --json reports the watermark, lease, streams and consumers', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  await cli(['append', '--ndjson'], { env, input: '{"stream":"a","kind":"k","key":"1"}\n{"stream":"b","kind":"k","key":"2"}\n{"stream":"a","kind":"k","key":"3"}\n' });
+  await cli(['watermark', '--once'], { env });
+  await cli(['append', '--stream', 'a', '--kind', 'k', '--key', '4'], { env }); // above safe_seq
+  await cli(['tail', '--consumer', 'c', '--stream', 'a', '--once', '--limit', '1'], { env });
+  const r = await cli(['status', '--json'], { env });
+  assert.equal(r.code, 0, r.stderr);
+  const s = JSON.parse(r.stdout);
+  assert.equal(s.schema, 'tidemark');
+  assert.equal(s.safeSeq, '3');
+  assert.equal(s.maxSeq, '4');
+  assert.equal(s.lagEvents, '1');
+  assert.equal(typeof s.lagSeconds, 'number');
+  assert.deepEqual(s.lease, { owner: null, expiresAt: null, live: false });
+  assert.deepEqual(s.streams, [
+    { stream: 'a', events: 3, maxSeq: '4', prunedThroughSeq: '0' },
+    { stream: 'b', events: 1, maxSeq: '2', prunedThroughSeq: '0' },
+  ]);
+  assert.equal(s.consumers.length, 1);
+  assert.deepEqual({ ...s.consumers[0], updatedAt: undefined }, { consumer: 'c', stream: 'a', seq: '1', lagEvents: 1, resyncCount: 0, lastResyncAt: null, updatedAt: undefined });
+  const text = await cli(['status'], { env });
+  assert.match(text.stdout, /^safe_seq +3$/m);
+  assert.match(text.stdout, /^c +a +1 +1 +0 /m);
+});
+
+test('prune --once deletes below safe_seq; a consumer left behind exits 3 with how to bootstrap', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  await cli(['append', '--ndjson'], { env, input: '{"stream":"s","kind":"k","key":"1"}\n{"stream":"s","kind":"k","key":"2"}\n' });
+  await cli(['watermark', '--once'], { env });
+  const pruned = await cli(['prune', '--once', '--retention', '0s', '--allow-short-retention', '--json'], { env });
+  assert.equal(pruned.code, 0, pruned.stderr);
+  assert.deepEqual(JSON.parse(pruned.stdout), { deleted: 2, batches: 1, horizons: [{ stream: 's', prunedThroughSeq: '2' }], safeSeq: '2' });
+
+  const behind = await cli(['tail', '--consumer', 'late', '--stream', 's', '--once'], { env });
+  assert.equal(behind.code, 3);
+  assert.match(behind.stderr, /retention removed events through seq 2/);
+  assert.match(behind.stderr, /tidemark tail --consumer late --stream s --bootstrap/);
+  assert.equal(behind.stderr.trim().split('\n').length, 1);
+  const resynced = await db.observer.query(`SELECT resync_count FROM tidemark.cursors WHERE consumer = 'late'`);
+  assert.equal(resynced.rows[0].resync_count, 1);
+
+  const boot = await cli(['tail', '--consumer', 'late', '--stream', 's', '--once', '--bootstrap'], { env });
+  assert.equal(boot.code, 0, boot.stderr);
+  assert.match(boot.stderr, /bootstrapped late on s: cursor 0 -> 2/);
+});

@@ -1,0 +1,73 @@
+/** Runs the tidemark CLI (TypeScript source, through tsx) as a child process. */
+import { spawn, type ChildProcess } from 'node:child_process';
+
+const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function env(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const { DATABASE_URL: _ignored, ...base } = process.env;
+  return { ...base, ...extra };
+}
+
+/** Starts `tidemark ...args`; the caller owns the process. */
+export function startCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): ChildProcess {
+  return spawn(process.execPath, ['--import', import.meta.resolve('tsx'), main, ...args], {
+    env: env(options.env ?? {}),
+    cwd: options.cwd,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+}
+
+/** Runs `tidemark ...args` to completion, with optional stdin. */
+export function cli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; input?: string } = {}): Promise<CliResult> {
+  const child = startCli(args, options);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdin!.end(options.input ?? '');
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
+/** Collects a running child's stderr and waits for a line matching `pattern`. */
+export function watchStderr(child: ChildProcess): { text: () => string; next: (pattern: RegExp, timeoutMs?: number) => Promise<RegExpMatchArray> } {
+  let text = '';
+  const waiters = new Set<() => void>();
+  child.stderr!.on('data', (d: Buffer) => {
+    text += d.toString();
+    for (const w of [...waiters]) w();
+  });
+  return {
+    text: () => text,
+    next: (pattern, timeoutMs = 60_000) =>
+      new Promise((resolve, reject) => {
+        const check = () => {
+          const m = text.match(pattern);
+          if (!m) return;
+          waiters.delete(check);
+          clearTimeout(timer);
+          resolve(m);
+        };
+        const timer = setTimeout(() => {
+          waiters.delete(check);
+          reject(new Error(`timed out waiting for ${pattern} in stderr:\n${text}`));
+        }, timeoutMs);
+        waiters.add(check);
+        check();
+      }),
+  };
+}
+
+/** Resolves with the exit code (or signal name) once the child has exited. */
+export function exited(child: ChildProcess): Promise<number | string> {
+  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+}
