@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import pg from 'pg';
 import { closeAdmin, safeSeq, testDb, waitFor, type TestDb } from '../support/db.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 
@@ -90,4 +91,33 @@ test('two serve processes: one active watermarker; after SIGKILL the standby tak
   b.kill('SIGTERM');
   assert.equal(await exited(b), 0);
   assert.equal((await lease(db)).owner, null);
+});
+
+test('/healthz answers 503 while the database is unreachable, and 200 again once it is back', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const child = startCli(['serve', '--roles', 'watermarker', '--http', '127.0.0.1:0', '--lease-ttl', '60s'], { env });
+  t.after(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  const [, address] = await stderr.next(/http on (\S+) /);
+  await stderr.next(/lease acquired: active/);
+  assert.equal((await fetch(`http://${address}/healthz`)).status, 200);
+
+  // No new connections, and the serve process's existing ones are ended.
+  const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
+  await admin.connect();
+  t.after(() => admin.end());
+  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS false`);
+  await db.observer.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'tidemark-cli'`);
+  const down = await waitFor('healthz to report the database down', async () => {
+    const r = await fetch(`http://${address}/healthz`);
+    return r.status === 503 ? ((await r.json()) as { status: string; database: { ok: boolean } }) : undefined;
+  });
+  assert.equal(down.status, 'unhealthy');
+  assert.equal(down.database.ok, false);
+
+  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`);
+  await waitFor('healthz to recover', async () => (await fetch(`http://${address}/healthz`)).status === 200);
+  child.kill('SIGTERM');
+  assert.equal(await exited(child), 0, stderr.text());
 });
