@@ -18,18 +18,22 @@ export interface WatermarkerOptions {
   lockTimeoutMs?: number;
   /**
    * Cap of the bounded wait, which doubles after each wait that timed out
-   * and returns to `lockTimeoutMs` after a step that was not busy. While
+   * and halves after each publication (never below `lockTimeoutMs`). While
    * writers overlap without pause, a wait succeeds once it outlasts the
    * writers already holding the fence; so safe_seq keeps advancing as long
-   * as writer transactions are shorter than this. Default 2000.
+   * as writer transactions are shorter than this. The price: one wait can
+   * keep new writers waiting for up to this long. Waits that time out at
+   * the cap are spaced up to 1024 misses apart. At most
+   * `leaseTtlMs - leaseRenewMs`. Default 2000 (or that bound, if lower).
    */
   lockTimeoutMaxMs?: number;
   /**
    * Consecutive try-lock misses before a step waits (bounded by
-   * `lockTimeoutMs`) for the fence. Try-locks never queue ahead of writers;
+   * `lockTimeoutMs`, escalating to `lockTimeoutMaxMs`) for the fence. Try-locks never queue ahead of writers;
    * the bounded wait guarantees progress under constant writer overlap.
    * After a wait times out, the number of misses before the next wait
-   * doubles (capped at 64) until a step succeeds, so one long writer does
+   * doubles (capped at 64, or 1024 once waits time out at
+   * `lockTimeoutMaxMs`) until a step is not busy, so one long writer does
    * not make every new writer queue again and again. 0 means always wait.
    * Default 3.
    */
@@ -83,9 +87,18 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
   }
   const lockTimeoutMs = integer(options, 'lockTimeoutMs', 50, 1, 60_000);
-  const lockTimeoutMaxMs = integer(options, 'lockTimeoutMaxMs', Math.max(2000, lockTimeoutMs), 1, 600_000);
+  // A wait must end while the lease is still valid: it can start up to
+  // leaseRenewMs after the last renewal, and the lease lasts leaseTtlMs.
+  const leaseRoom = leaseTtlMs - leaseRenewMs;
+  const lockTimeoutMaxMs = integer(options, 'lockTimeoutMaxMs', Math.max(lockTimeoutMs, Math.min(2000, leaseRoom)), 1, 600_000);
   if (lockTimeoutMaxMs < lockTimeoutMs) {
     throw new InvalidOptionsError('lockTimeoutMaxMs', `must be at least lockTimeoutMs (${lockTimeoutMs}), got ${lockTimeoutMaxMs}`);
+  }
+  if (options.lockTimeoutMaxMs !== undefined && lockTimeoutMaxMs > leaseRoom) {
+    throw new InvalidOptionsError(
+      'lockTimeoutMaxMs',
+      `must not exceed leaseTtlMs - leaseRenewMs (${leaseRoom}), or a long wait outlives the lease; got ${lockTimeoutMaxMs}`,
+    );
   }
   const pollMinMs = integer(options, 'pollMinMs', 5, 0);
   const pollMaxMs = integer(options, 'pollMaxMs', 100, 0);

@@ -112,9 +112,14 @@ export class Watermarker {
         // (each one briefly queues new writers) and make the next one longer,
         // so that one finally outlasts the writers holding the fence. Both
         // go back to normal after a step that is not busy.
+        // A wait that times out at the cap means a writer longer than the
+        // cap (a leaked transaction, say): nothing can publish until it
+        // ends, so waits become rare (up to 1024 misses apart) instead of
+        // queueing writers for the full cap again and again.
         const waited = this.waitMs;
+        const atCap = this.waitMs >= o.lockTimeoutMaxMs;
         this.busyStreak = 0;
-        this.blockAfter = Math.min(this.blockAfter * 2 + 1, 64);
+        this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
         this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
         progress = this.progress('fence_busy', priorSeq, null, true, true, waited, 0);
       }
@@ -172,10 +177,12 @@ export class Watermarker {
       this.leader = false;
     }
     this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
-    if (row.outcome !== 'busy') {
-      this.blockAfter = this.options.fenceTryLimit;
-      this.waitMs = this.options.lockTimeoutMs;
-    }
+    if (row.outcome !== 'busy') this.blockAfter = this.options.fenceTryLimit;
+    // After a publication the wait halves rather than resetting, so under
+    // sustained overlap it stays near the level that last succeeded instead
+    // of climbing the whole ladder of timed-out waits again. Other outcomes
+    // (idle, not_leader) say nothing about writers and leave it alone.
+    if (row.outcome === 'advanced') this.waitMs = Math.max(this.options.lockTimeoutMs, Math.floor(this.waitMs / 2));
     const outcome = row.outcome === 'busy' ? 'fence_busy' : row.outcome;
     return this.progress(
       outcome,

@@ -101,7 +101,7 @@ test('a busy fence is a reported outcome, never an error; progress follows once 
 test('under writers that outlast each bounded wait, the waits escalate until one outlasts them: safe_seq still advances', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const wm = new Watermarker(db.pool(), { fenceTryLimit: 0, lockTimeoutMs: 250, lockTimeoutMaxMs: 60_000 });
+  const wm = new Watermarker(db.pool(), { fenceTryLimit: 0, lockTimeoutMs: 250, lockTimeoutMaxMs: 5000, leaseTtlMs: 60_000 });
   const writer = await db.session('long writer');
   await writer.query('BEGIN');
   await insertEvent(writer); // seq 1, open longer than lockTimeoutMs
@@ -129,12 +129,53 @@ test('under writers that outlast each bounded wait, the waits escalate until one
   assert.equal(progress.outcome, 'advanced');
   assert.equal(progress.safeSeq, 2n);
 
-  // Success resets the wait: the next busy wait is short again.
+  // A publication halves the wait (it does not start the ladder again).
   await writer.query('BEGIN');
   await insertEvent(writer); // seq 3, open
   await insertEvent(await db.session('w3')); // seq 4, committed: a step has work
   const again = await wm.step();
-  assert.deepEqual([again.fenceTimedOut, again.fenceWaitMs], [true, 250]);
+  assert.deepEqual([again.fenceTimedOut, again.fenceWaitMs], [true, 500]);
+  await writer.query('ROLLBACK');
+  await wm.close();
+});
+
+test('waits that time out at the cap become rare; the cap must fit inside the lease', async (t) => {
+  const db = await testDb(t);
+  const pool = db.pool();
+  assert.throws(() => new Watermarker(pool, { leaseTtlMs: 1500, leaseRenewMs: 500, lockTimeoutMaxMs: 1200 }), {
+    option: 'lockTimeoutMaxMs',
+    message: /leaseTtlMs - leaseRenewMs \(1000\)/,
+  });
+  assert.equal(new Watermarker(pool, { leaseTtlMs: 1500, leaseRenewMs: 500 }).options.lockTimeoutMaxMs, 1000, 'the default fits the lease');
+  assert.equal(new Watermarker(pool).options.lockTimeoutMaxMs, 2000);
+
+  // A writer longer than the cap: the waits reach the cap, then the misses
+  // between waits grow past 64 (up to 1024) instead of staying at 64.
+  const wm = new Watermarker(pool, { fenceTryLimit: 0, lockTimeoutMs: 20, lockTimeoutMaxMs: 40, leaseTtlMs: 60_000 });
+  const writer = await db.session('leaked writer');
+  await writer.query('BEGIN');
+  await insertEvent(writer);
+  await insertEvent(await db.session('w2'));
+  const gaps: number[] = [];
+  let misses = 0;
+  while (gaps.length < 6) {
+    const p = await wm.step();
+    if (p.fenceTimedOut) {
+      gaps.push(misses);
+      misses = 0;
+    } else misses += 1;
+  }
+  assert.deepEqual(gaps, [0, 1, 3, 7, 15, 31], 'misses between timed-out waits double');
+  // Waits of 20, 40, 40, ... ms: at the cap from the second on. Under the
+  // 64 cap the spacing would stop at 63; at the cap it goes on to 127.
+  while (gaps.length < 8) {
+    const p = await wm.step();
+    if (p.fenceTimedOut) {
+      gaps.push(misses);
+      misses = 0;
+    } else misses += 1;
+  }
+  assert.deepEqual(gaps.slice(6), [63, 127]);
   await writer.query('ROLLBACK');
   await wm.close();
 });
