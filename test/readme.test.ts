@@ -1,13 +1,22 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { after, test } from 'node:test';
+import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
 import { closeAdmin, testDb } from './support/db.js';
 
 after(closeAdmin);
 
 const root = new URL('../', import.meta.url);
+
+// The examples import 'tidemark' as users do, i.e. the built dist/: build it
+// from the current source first, so a stale build cannot fail (or pass) them.
+before(async () => {
+  await promisify(execFile)(process.execPath, [new URL('node_modules/typescript/bin/tsc', root).pathname, '-p', 'tsconfig.build.json'], {
+    cwd: new URL('.', root).pathname,
+  });
+});
+
 
 test('the README shows examples/outbox.ts verbatim, and it runs as shown', async (t) => {
   const readme = await readFile(new URL('README.md', root), 'utf8');
@@ -19,6 +28,7 @@ test('the README shows examples/outbox.ts verbatim, and it runs as shown', async
   const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/outbox.ts', root).pathname], {
     env: { ...process.env, DATABASE_URL: db.url },
     cwd: new URL('.', root).pathname,
+    timeout: 60_000,
   });
   assert.equal(stdout, 'appended seq 1\nadvanced: safe_seq = 1\n');
 });
@@ -34,6 +44,7 @@ test('the README shows examples/consumer.ts verbatim, and it runs as shown', asy
     promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/consumer.ts', root).pathname], {
       env: { ...process.env, DATABASE_URL: db.url },
       cwd: new URL('.', root).pathname,
+      timeout: 60_000,
     });
   const first = await run();
   assert.equal(first.stdout, 'seq 1: order.placed ada\nseq 2: order.placed bob\nseq 3: order.placed ada\nada: 35\nbob: 12\n');
@@ -48,6 +59,7 @@ test('the README shows examples/consumer.ts verbatim, and it runs as shown', asy
   const rebuilt = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/bootstrap.ts', root).pathname], {
     env: { ...process.env, DATABASE_URL: db.url },
     cwd: new URL('.', root).pathname,
+    timeout: 60_000,
   });
   assert.equal(rebuilt.stdout, 'rebuilt through seq 6 (cursor was 6)\nthen delivered 0\n');
   const totals = await db.observer.query('SELECT customer, total::int AS total FROM order_totals ORDER BY customer');

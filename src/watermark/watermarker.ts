@@ -8,7 +8,7 @@ import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type Waterm
 import type { HeartbeatOutcome, WatermarkProgress } from './progress.js';
 
 interface StepRow {
-  outcome: 'advanced' | 'idle' | 'busy' | 'not_leader';
+  outcome: 'advanced' | 'idle' | 'busy' | 'timeout' | 'not_leader';
   safe_seq: string;
   prior_seq: string;
   max_seq: string | null;
@@ -67,7 +67,7 @@ export class Watermarker {
     this.sql = {
       lease: acquireLeaseSql(this.options.schema),
       release: releaseLeaseSql(this.options.schema),
-      step: `SELECT * FROM ${s}.watermark_step($1, $2, $3, $4)`,
+      step: `SELECT * FROM ${s}.watermark_step($1, $2, $3, $4, $5)`,
       notify: 'SELECT pg_notify($1, $2)',
       beat: `SELECT ${s}.beat('watermarker', $1, $2, $3)`,
     };
@@ -102,26 +102,19 @@ export class Watermarker {
     } else {
       const blocking = this.busyStreak >= this.blockAfter;
       try {
-        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, this.waitMs, o.synchronousCommit]);
-        progress = this.fromRow(result.rows[0] as StepRow, blocking);
+        // The row lock of the publication is bounded by lockTimeoutMs, not
+        // by the (escalated) fence wait: the fence is held meanwhile.
+        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, this.waitMs, o.synchronousCommit, o.lockTimeoutMs]);
+        const row = result.rows[0] as StepRow;
+        progress = row.outcome === 'timeout' ? this.fenceWaitTimedOut(priorSeq, row) : this.fromRow(row, blocking);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
-        // The bounded wait expired: the implicit transaction aborted, nothing
-        // was published, and the queued exclusive request is gone. Writers
-        // that outlast one wait may outlast the next: space the waits out
-        // (each one briefly queues new writers) and make the next one longer,
-        // so that one finally outlasts the writers holding the fence. Both
-        // go back to normal after a step that is not busy.
-        // A wait that times out at the cap means a writer longer than the
-        // cap (a leaked transaction, say): nothing can publish until it
-        // ends, so waits become rare (up to 1024 misses apart) instead of
-        // queueing writers for the full cap again and again.
-        const waited = this.waitMs;
-        const atCap = this.waitMs >= o.lockTimeoutMaxMs;
-        this.busyStreak = 0;
-        this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
-        this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
-        progress = this.progress('fence_busy', priorSeq, null, true, true, waited, 0);
+        // Holding the fence, the publishing UPDATE waited longer than
+        // lockTimeoutMs for the watermark row: some session holds it (an
+        // operator's SELECT ... FOR UPDATE?). Nothing was published; this
+        // says nothing about writers, so the fence wait does not escalate.
+        this.report(err);
+        progress = this.progress('fence_busy', priorSeq, null, blocking, false, 0, 0);
       }
     }
 
@@ -168,6 +161,26 @@ export class Watermarker {
     }
   }
 
+  /**
+   * The bounded fence wait expired: nothing was published, and the queued
+   * exclusive request is gone. Writers that outlast one wait may outlast the
+   * next: space the waits out (each one briefly queues new writers) and make
+   * the next one longer, so that one finally outlasts the writers holding
+   * the fence. A wait that times out at the cap means a writer longer than
+   * the cap (a leaked transaction, say): nothing can publish until it ends,
+   * so waits become rare (up to 1024 misses apart) instead of queueing
+   * writers for the full cap again and again.
+   */
+  private fenceWaitTimedOut(priorSeq: bigint, row: StepRow): WatermarkProgress {
+    const o = this.options;
+    const waited = this.waitMs;
+    const atCap = this.waitMs >= o.lockTimeoutMaxMs;
+    this.busyStreak = 0;
+    this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
+    this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
+    return this.progress('fence_busy', priorSeq, row.max_seq === null ? null : BigInt(row.max_seq), true, true, waited, 0);
+  }
+
   private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
     const safeSeq = BigInt(row.safe_seq);
     if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
@@ -183,7 +196,7 @@ export class Watermarker {
     // of climbing the whole ladder of timed-out waits again. Other outcomes
     // (idle, not_leader) say nothing about writers and leave it alone.
     if (row.outcome === 'advanced') this.waitMs = Math.max(this.options.lockTimeoutMs, Math.floor(this.waitMs / 2));
-    const outcome = row.outcome === 'busy' ? 'fence_busy' : row.outcome;
+    const outcome = row.outcome === 'busy' || row.outcome === 'timeout' ? 'fence_busy' : row.outcome;
     return this.progress(
       outcome,
       BigInt(row.prior_seq),

@@ -246,3 +246,38 @@ test('writer pools end abandoned transactions, releasing the shared fence', asyn
   await waitFor('the abandoned writer to be ended', async () => (await fenceLocks(observer)).length === 0);
   client.release(true);
 });
+
+test('an operator holding the watermark row cannot stall a step for its escalated wait, nor escalate it', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  await insertEvent(await db.session('writer'));
+  const operator = await db.session('operator');
+
+  // Directly: a fence wait allowed 10 minutes, a row lock allowed 50 ms. With
+  // the row held, the step fails with 55P03 at once instead of holding the
+  // fence (and every writer) for the fence's bound.
+  await observer.query(`UPDATE tidemark.watermark SET lease_owner = 'direct', lease_expires_at = clock_timestamp() + interval '1 hour'`);
+  await operator.query('BEGIN');
+  await operator.query('SELECT * FROM tidemark.watermark FOR UPDATE');
+  await assert.rejects(observer.query(`SELECT * FROM tidemark.watermark_step('direct', true, 600000, false, 50)`), { code: '55P03' });
+  assert.deepEqual(await fenceLocks(observer), [], 'the fence is not left held');
+  await operator.query('ROLLBACK');
+  await observer.query(`UPDATE tidemark.watermark SET lease_owner = NULL, lease_expires_at = NULL`);
+
+  // Through the Watermarker: a row-lock timeout is reported, not escalated.
+  const errors: unknown[] = [];
+  const wm = new Watermarker(db.pool(), { lockTimeoutMs: 50, onError: (e) => errors.push(e) });
+  assert.equal((await wm.step()).outcome, 'advanced'); // takes the lease, publishes seq 1
+  await insertEvent(await db.session('writer 2'));
+  await operator.query('BEGIN');
+  await operator.query('SELECT * FROM tidemark.watermark FOR UPDATE');
+  const held = await wm.step();
+  assert.equal(held.outcome, 'fence_busy');
+  assert.equal(held.fenceTimedOut, false, 'a row-lock timeout is not a fence timeout');
+  assert.equal((errors.at(-1) as { code?: string }).code, '55P03', 'it is reported to onError');
+  await operator.query('ROLLBACK');
+  const done = await wm.step();
+  assert.equal(done.outcome, 'advanced');
+  assert.equal(done.safeSeq, 2n);
+  await wm.close();
+});

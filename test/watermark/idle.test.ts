@@ -89,6 +89,6 @@ test('the watermarker refuses to step outside READ COMMITTED', async (t) => {
   await s.query(`UPDATE tidemark.watermark SET lease_owner = 'x', lease_expires_at = clock_timestamp() + interval '1 minute'`);
   await s.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x')`);
   await s.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-  await assert.rejects(s.query(`SELECT * FROM tidemark.watermark_step('x', true, 1000, true)`), /must run in READ COMMITTED/);
+  await assert.rejects(s.query(`SELECT * FROM tidemark.watermark_step('x', true, 1000, true, 50)`), /must run in READ COMMITTED/);
   await s.query('ROLLBACK');
 });

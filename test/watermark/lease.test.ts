@@ -59,7 +59,7 @@ test('a stale owner that still believes it leads cannot publish', async (t) => {
 
   // An expired lease nobody took over is no licence either.
   await observer.query(`UPDATE tidemark.watermark SET lease_owner = 'stale', lease_expires_at = clock_timestamp() - interval '1 second'`);
-  const row = await observer.query(`SELECT * FROM tidemark.watermark_step('stale', true, 1000, true)`);
+  const row = await observer.query(`SELECT * FROM tidemark.watermark_step('stale', true, 1000, true, 50)`);
   assert.equal(row.rows[0].outcome, 'not_leader');
   assert.equal(await safeSeq(observer), 0n);
 
