@@ -138,3 +138,26 @@ END
 $$;
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.watermark_step(text, boolean, integer, boolean, integer) FROM PUBLIC;
+
+-- The previous signature, kept so that a watermarker of the previous version
+-- still steps during a rolling upgrade (instead of failing every step while
+-- it holds the lease). Its row lock gets the fence bound, as before.
+CREATE FUNCTION {{schema}}.watermark_step(
+  p_owner text,
+  p_block boolean,
+  p_lock_timeout_ms integer,
+  p_synchronous_commit boolean
+) RETURNS TABLE (
+  outcome          text,
+  safe_seq         bigint,
+  prior_seq        bigint,
+  max_seq          bigint,
+  wait_us          double precision,
+  hold_us          double precision,
+  lease_owner      text,
+  lease_expires_at timestamptz
+)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM {{schema}}.watermark_step(p_owner, p_block, p_lock_timeout_ms, p_synchronous_commit, p_lock_timeout_ms)
+$$;
+REVOKE EXECUTE ON FUNCTION {{schema}}.watermark_step(text, boolean, integer, boolean) FROM PUBLIC;

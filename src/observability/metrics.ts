@@ -107,7 +107,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       steps.inc({ outcome: progress.outcome });
       leader.set(progress.leader ? 1 : 0);
       if (progress.fenceTimedOut) fenceTimeouts.inc({ role: 'watermarker' });
-      if (progress.outcome === 'advanced' || progress.blocking) fenceWait.observe({ role: 'watermarker' }, progress.fenceWaitMs / 1000);
+      if (progress.outcome === 'advanced' || progress.fenceTimedOut) fenceWait.observe({ role: 'watermarker' }, progress.fenceWaitMs / 1000);
       if (progress.outcome === 'advanced') fenceHold.observe({ role: 'watermarker' }, progress.fenceHoldMs / 1000);
     },
     watermarkError() {

@@ -52,6 +52,8 @@ export class Watermarker {
   private blockAfter: number;
   /** The next bounded wait's lock_timeout; doubles after each timed-out wait, up to lockTimeoutMaxMs. */
   private waitMs: number;
+  /** The bound of the current step's wait, for its progress (null: no wait). */
+  private stepLimit: number | null = null;
   private lastBeatAt = Number.NEGATIVE_INFINITY;
   private closed = false;
 
@@ -98,9 +100,11 @@ export class Watermarker {
     const priorSeq = this.safeSeq;
     let progress: WatermarkProgress;
     if (!this.leader) {
+      this.stepLimit = null;
       progress = this.progress('not_leader', priorSeq, null, false, false, 0, 0);
     } else {
       const blocking = this.busyStreak >= this.blockAfter;
+      this.stepLimit = blocking ? this.waitMs : null;
       try {
         // The row lock of the publication is bounded by lockTimeoutMs, not
         // by the (escalated) fence wait: the fence is held meanwhile.
@@ -111,10 +115,12 @@ export class Watermarker {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
         // Holding the fence, the publishing UPDATE waited longer than
         // lockTimeoutMs for the watermark row: some session holds it (an
-        // operator's SELECT ... FOR UPDATE?). Nothing was published; this
-        // says nothing about writers, so the fence wait does not escalate.
+        // operator's SELECT ... FOR UPDATE?). Nothing was published. The
+        // fence itself was granted, so this says nothing about writers:
+        // no escalation, and the next step starts with try-locks again.
         this.report(err);
-        progress = this.progress('fence_busy', priorSeq, null, blocking, false, 0, 0);
+        this.busyStreak = 0;
+        progress = this.progress('row_locked', priorSeq, null, blocking, false, 0, 0);
       }
     }
 
@@ -173,12 +179,15 @@ export class Watermarker {
    */
   private fenceWaitTimedOut(priorSeq: bigint, row: StepRow): WatermarkProgress {
     const o = this.options;
-    const waited = this.waitMs;
     const atCap = this.waitMs >= o.lockTimeoutMaxMs;
+    const safeSeq = BigInt(row.safe_seq);
+    if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
+    this.leaseOwner = row.lease_owner;
+    this.leaseExpiresAt = row.lease_expires_at;
     this.busyStreak = 0;
     this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
     this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
-    return this.progress('fence_busy', priorSeq, row.max_seq === null ? null : BigInt(row.max_seq), true, true, waited, 0);
+    return this.progress('fence_busy', priorSeq, row.max_seq === null ? null : BigInt(row.max_seq), true, true, row.wait_us / 1000, 0);
   }
 
   private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
@@ -225,6 +234,7 @@ export class Watermarker {
       maxSeq,
       blocking,
       fenceTimedOut,
+      fenceWaitLimitMs: this.stepLimit,
       fenceWaitMs,
       fenceHoldMs,
       leader: this.leader,

@@ -113,7 +113,7 @@ test('under writers that outlast each bounded wait, the waits escalate until one
   for (let i = 0; i < 2 + 1 + 3; i++) {
     const p = await wm.step();
     assert.equal(p.outcome, 'fence_busy');
-    steps.push([p.fenceTimedOut, p.fenceWaitMs]);
+    steps.push([p.fenceTimedOut, p.fenceWaitLimitMs!]);
   }
   assert.deepEqual(
     steps.map(([timedOut, ms]) => (timedOut ? ms : 'miss')),
@@ -134,7 +134,7 @@ test('under writers that outlast each bounded wait, the waits escalate until one
   await insertEvent(writer); // seq 3, open
   await insertEvent(await db.session('w3')); // seq 4, committed: a step has work
   const again = await wm.step();
-  assert.deepEqual([again.fenceTimedOut, again.fenceWaitMs], [true, 500]);
+  assert.deepEqual([again.fenceTimedOut, again.fenceWaitLimitMs], [true, 500]);
   await writer.query('ROLLBACK');
   await wm.close();
 });
@@ -272,12 +272,23 @@ test('an operator holding the watermark row cannot stall a step for its escalate
   await operator.query('BEGIN');
   await operator.query('SELECT * FROM tidemark.watermark FOR UPDATE');
   const held = await wm.step();
-  assert.equal(held.outcome, 'fence_busy');
+  assert.equal(held.outcome, 'row_locked');
   assert.equal(held.fenceTimedOut, false, 'a row-lock timeout is not a fence timeout');
+  assert.equal(held.safeSeq, 1n, 'the progress keeps the last safe_seq');
   assert.equal((errors.at(-1) as { code?: string }).code, '55P03', 'it is reported to onError');
   await operator.query('ROLLBACK');
   const done = await wm.step();
   assert.equal(done.outcome, 'advanced');
   assert.equal(done.safeSeq, 2n);
   await wm.close();
+});
+
+test('a watermarker of the previous version keeps stepping through the 4-argument step during a rolling upgrade', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  await insertEvent(await db.session('writer'));
+  await observer.query(`UPDATE tidemark.watermark SET lease_owner = 'old', lease_expires_at = clock_timestamp() + interval '1 minute'`);
+  const row = (await observer.query(`SELECT * FROM tidemark.watermark_step('old', true, 50, false)`)).rows[0];
+  assert.equal(row.outcome, 'advanced');
+  assert.equal(row.safe_seq, '1');
 });
