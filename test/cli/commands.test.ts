@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { closeAdmin, testDb } from '../support/db.js';
-import { cli } from '../support/cli.js';
+import { closeAdmin, testDb, waitFor } from '../support/db.js';
+import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 
 after(closeAdmin);
 
@@ -88,4 +88,33 @@ test('prune --once deletes below safe_seq; a consumer left behind exits 3 with h
   const boot = await cli(['tail', '--consumer', 'late', '--stream', 's', '--once', '--bootstrap'], { env });
   assert.equal(boot.code, 0, boot.stderr);
   assert.match(boot.stderr, /bootstrapped late on s: cursor 0 -> 2/);
+});
+
+test('tail follows the stream until SIGTERM (exit 0), or until --limit events', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const follower = startCli(['tail', '--consumer', 'live', '--stream', 's', '--json', '--poll', '50ms'], { env });
+  t.after(() => follower.kill('SIGKILL'));
+  let out = '';
+  follower.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  const stderr = watchStderr(follower);
+
+  await cli(['append', '--ndjson'], { env, input: '{"stream":"s","kind":"k","key":"1"}\n{"stream":"s","kind":"k","key":"2"}\n' });
+  await cli(['watermark', '--once'], { env });
+  await waitFor('two events on stdout', async () => out.split('\n').filter(Boolean).length === 2);
+  await cli(['append', '--stream', 's', '--kind', 'k', '--key', '3'], { env });
+  await cli(['watermark', '--once'], { env });
+  await waitFor('the third event', async () => out.split('\n').filter(Boolean).length === 3);
+  assert.deepEqual(out.trim().split('\n').map((l) => JSON.parse(l).key), ['1', '2', '3']);
+
+  follower.kill('SIGTERM');
+  assert.equal(await exited(follower), 0, stderr.text());
+  const cursor = await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'live'`);
+  assert.equal(cursor.rows[0].seq, '3');
+
+  const limited = await cli(['tail', '--consumer', 'two', '--stream', 's', '--limit', '2', '--poll', '50ms'], { env });
+  assert.equal(limited.code, 0, limited.stderr);
+  assert.equal(limited.stdout.trim().split('\n').length, 2);
+  const two = await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'two'`);
+  assert.equal(two.rows[0].seq, '2', 'the cursor stops at the last event written out');
 });
