@@ -107,11 +107,12 @@ export async function openBootstrap(
  *    transaction's snapshot while the fence is still held, and which then
  *    releases the fence; then `lock_timeout` back to `lockTimeoutMs`.
  *
- * Any failure rolls back and then checks, on the server, whether this
- * session still holds the fence (a failure after step 1 leaves it held).
- * Held, or unknown: the connection is marked broken, so it is destroyed and
- * the session's end releases the fence. Not held, after a lock timeout: the
- * fence was busy; wait and try again. The first attempt waits at most 1 ms
+ * Any failure rolls back, releases the fence if the session still holds it
+ * (a failure after step 1, or a lock timeout raised just after the grant)
+ * and checks on the server that it is gone. Unconfirmed: the connection is
+ * marked broken, so it is destroyed and the session's end releases the
+ * fence. Confirmed, after a lock timeout (the fence or a table lock under
+ * it was busy): wait and try again. The first attempt waits at most 1 ms
  * (close to a try-lock, so it hardly queues ahead of writers), later ones
  * `fenceLockTimeoutMs`, spaced by a growing pause, until
  * `bootstrapFenceTimeoutMs` (then `FenceBusyError`). The SQL holds only
@@ -149,18 +150,28 @@ async function takeSnapshot(hold: CursorHold, s: string, fence: string, options:
   }
 }
 
-/** After a failed attempt: rolls back, then true only if the server confirms this session holds no fence. */
+/**
+ * After a failed attempt: rolls back, releases the fence if this session
+ * still holds it, and returns true only once the server confirms it holds
+ * none. The session can hold it after an error: a statement after the lock
+ * failed, or a lock timeout landed just as the lock was granted (PostgreSQL
+ * then raises the timeout, and a session-level lock survives the error).
+ */
 async function fenceReleased(client: pg.PoolClient, fence: string): Promise<boolean> {
   const key = BigInt(fence);
+  const held = async () =>
+    (
+      await client.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_catalog.pg_locks
+          WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted
+            AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`,
+        [(BigInt.asUintN(64, key) >> 32n).toString(), BigInt.asUintN(32, key).toString()],
+      )
+    ).rows[0]!.n;
   try {
     await client.query('ROLLBACK');
-    const r = await client.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_catalog.pg_locks
-        WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()
-          AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`,
-      [(BigInt.asUintN(64, key) >> 32n).toString(), BigInt.asUintN(32, key).toString()],
-    );
-    return r.rows[0]!.n === 0;
+    if ((await held()) > 0) await client.query('SELECT pg_catalog.pg_advisory_unlock($1)', [fence]);
+    return (await held()) === 0;
   } catch {
     return false;
   }
