@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import type pg from 'pg';
 import { Pruner, ResyncRequiredError, StreamClient, Watermarker, type StreamEvent, type Transaction } from '../../src/index.js';
-import { closeAdmin, fenceLocks, safeSeq, testDb, waitFor, waitForExclusiveWaiter, type Session } from '../support/db.js';
+import { closeAdmin, fenceLocks, safeSeq, testDb, waitForExclusiveWaiter, type Session } from '../support/db.js';
 
 after(closeAdmin);
 
