@@ -4,7 +4,7 @@ import { createPool } from '../db/pool.js';
 import { attachOrStartEmbeddedPostgres, startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
 import { InvalidOptionsError } from '../errors.js';
-import { CliError } from './duration.js';
+import { CliError } from './cli-error.js';
 
 /** Options every command takes. */
 export interface GlobalOptions {

@@ -1,3 +1,5 @@
+import { CliError } from './cli-error.js';
+
 /** Parses `500ms`, `10s`, `5m`, `2h`, `7d` (or a bare number of milliseconds) into milliseconds. */
 export function parseDuration(text: string, option: string): number {
   const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
@@ -6,14 +8,4 @@ export function parseDuration(text: string, option: string): number {
   const ms = Number(match[1]) * unit;
   if (!Number.isSafeInteger(Math.round(ms))) throw new CliError(`${option}: ${JSON.stringify(text)} is too large`);
   return Math.round(ms);
-}
-
-/** A usage or configuration error: one line on stderr, exit code 2, nothing written. */
-export class CliError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode = 2,
-  ) {
-    super(message);
-  }
 }

@@ -16,7 +16,7 @@ import { statusCommand } from './commands/status.js';
 import { tailCommand } from './commands/tail.js';
 import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
-import { CliError } from './duration.js';
+import { CliError } from './cli-error.js';
 import { DEFAULT_SCHEMA } from '../db/queryable.js';
 
 function program(setExit: (code: number) => void): Command {

@@ -2,7 +2,7 @@ import { createInterface } from 'node:readline';
 import { appendMany, type NewEvent } from '../../outbox/append.js';
 import { InvalidEventError } from '../../errors.js';
 import { openDatabase, positiveInt, type GlobalOptions } from '../context.js';
-import { CliError } from '../duration.js';
+import { CliError } from '../cli-error.js';
 
 export interface AppendCommandOptions extends GlobalOptions {
   stream?: string;

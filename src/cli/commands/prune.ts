@@ -1,7 +1,8 @@
 import { Pruner } from '../../retention/pruner.js';
 import { resolvePrunerOptions, type PrunerOptions } from '../../retention/options.js';
 import { configured, json, openDatabase, type GlobalOptions } from '../context.js';
-import { CliError, parseDuration } from '../duration.js';
+import { CliError } from '../cli-error.js';
+import { parseDuration } from '../duration.js';
 
 /** `tidemark prune --once [--retention 7d] [--allow-short-retention] [--json]`. */
 export async function pruneCommand(

@@ -5,7 +5,8 @@ import { Watermarker } from '../../watermark/watermarker.js';
 import { resolveWatermarkerOptions, type WatermarkerOptions } from '../../watermark/options.js';
 import { createMetrics } from '../../observability/metrics.js';
 import { configured, openDatabase, type GlobalOptions } from '../context.js';
-import { CliError, parseDuration } from '../duration.js';
+import { CliError } from '../cli-error.js';
+import { parseDuration } from '../duration.js';
 
 export interface ServeCommandOptions extends GlobalOptions {
   roles: string;

@@ -2,7 +2,8 @@ import { StreamClient } from '../../consumer/stream-client.js';
 import type { StreamEvent } from '../../consumer/events.js';
 import { ResyncRequiredError } from '../../errors.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
-import { CliError, parseDuration } from '../duration.js';
+import { CliError } from '../cli-error.js';
+import { parseDuration } from '../duration.js';
 
 export interface TailCommandOptions extends GlobalOptions {
   consumer: string;

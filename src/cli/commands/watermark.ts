@@ -1,6 +1,6 @@
 import { Watermarker } from '../../watermark/watermarker.js';
 import { configured, json, openDatabase, type GlobalOptions } from '../context.js';
-import { CliError } from '../duration.js';
+import { CliError } from '../cli-error.js';
 
 /** `tidemark watermark --once [--json]`: one step, then releases the lease. */
 export async function watermarkCommand(options: GlobalOptions & { once?: boolean; json?: boolean }): Promise<number> {
