@@ -118,3 +118,21 @@ test('tail follows the stream until SIGTERM (exit 0), or until --limit events', 
   const two = await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'two'`);
   assert.equal(two.rows[0].seq, '2', 'the cursor stops at the last event written out');
 });
+
+test('tail piped into a reader that stops early (| head) exits 0, committing only what it handled', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const events = Array.from({ length: 2000 }, (_, i) => `{"stream":"s","kind":"k","key":"${i}","payload":{"pad":"${'x'.repeat(200)}"}}`).join('\n');
+  await cli(['append', '--ndjson'], { env, input: events });
+  await cli(['watermark', '--once'], { env });
+  const reader = startCli(['tail', '--consumer', 'head', '--stream', 's', '--batch', '100'], { env });
+  t.after(() => reader.kill('SIGKILL'));
+  const stderr = watchStderr(reader);
+  // Read the first line, then close the pipe, as `head -n 1` does.
+  await new Promise<void>((resolve) => reader.stdout!.once('data', () => resolve()));
+  reader.stdout!.destroy();
+  assert.equal(await exited(reader), 0, stderr.text());
+  assert.doesNotMatch(stderr.text(), /EPIPE|Error/);
+  const cursor = Number((await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'head'`)).rows[0].seq);
+  assert.ok(cursor >= 1 && cursor < 2000, `the cursor stopped early (${cursor})`);
+});

@@ -49,6 +49,14 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   const onSignal = () => stop.abort(new Error('interrupted'));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
+  // The reader went away (`tidemark tail ... | head`): stop like on SIGINT.
+  // The page in flight commits only the events handled before the abort.
+  let outputFailure: unknown; // a stdout error other than a closed pipe: exit 1
+  const onStdoutError = (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') outputFailure ??= err;
+    stop.abort(new Error('stdout closed'));
+  };
+  process.stdout.on('error', onStdoutError);
   try {
     if (options.bootstrap) {
       const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
@@ -69,6 +77,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     await client.tail(options.consumer, options.stream, handler, { signal: stop.signal }).catch((err: unknown) => {
       if (!stop.signal.aborted) throw err;
     });
+    if (outputFailure) throw outputFailure;
     return 0;
   } catch (err) {
     if (err instanceof ResyncRequiredError) {
@@ -77,11 +86,15 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
         RESYNC_EXIT,
       );
     }
-    if (stop.signal.aborted && err === stop.signal.reason) return 0;
+    if (stop.signal.aborted && err === stop.signal.reason) {
+      if (outputFailure) throw outputFailure;
+      return 0;
+    }
     throw err;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    process.stdout.off('error', onStdoutError);
     await client.close();
     await db.close();
   }
