@@ -1,5 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import { checkCallbacks, integerOption } from '../options.js';
 import type { ConsumerEvent } from './events.js';
 
 /** Options for {@link StreamClient}. Every duration is in milliseconds. */
@@ -44,14 +45,6 @@ export type ResolvedStreamClientOptions = Readonly<
   Required<Omit<StreamClientOptions, 'observer' | 'onError'>> & Pick<StreamClientOptions, 'observer' | 'onError'>
 >;
 
-function integer(options: StreamClientOptions, name: keyof StreamClientOptions, fallback: number, min: number, max: number): number {
-  const value = options[name] ?? fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
-
 const HOUR = 3_600_000;
 
 /** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
@@ -59,8 +52,8 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
   if (typeof options !== 'object' || options === null) {
     throw new InvalidOptionsError('options', 'expected an object');
   }
-  const listenerBackoffMinMs = integer(options, 'listenerBackoffMinMs', 100, 1, HOUR);
-  const listenerBackoffMaxMs = integer(options, 'listenerBackoffMaxMs', 10_000, 1, HOUR);
+  const listenerBackoffMinMs = integerOption(options, 'listenerBackoffMinMs', 100, 1, HOUR);
+  const listenerBackoffMaxMs = integerOption(options, 'listenerBackoffMaxMs', 10_000, 1, HOUR);
   if (listenerBackoffMaxMs < listenerBackoffMinMs) {
     throw new InvalidOptionsError(
       'listenerBackoffMaxMs',
@@ -70,22 +63,18 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
   if (options.listen !== undefined && typeof options.listen !== 'boolean') {
     throw new InvalidOptionsError('listen', 'expected a boolean');
   }
-  for (const name of ['observer', 'onError'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'function') {
-      throw new InvalidOptionsError(name, 'expected a function');
-    }
-  }
+  checkCallbacks(options);
   return Object.freeze({
     schema: validateSchema(options.schema ?? DEFAULT_SCHEMA),
-    batchSize: integer(options, 'batchSize', 500, 1, 100_000),
-    pollIntervalMs: integer(options, 'pollIntervalMs', 1000, 1, HOUR),
+    batchSize: integerOption(options, 'batchSize', 500, 1, 100_000),
+    pollIntervalMs: integerOption(options, 'pollIntervalMs', 1000, 1, HOUR),
     listen: options.listen ?? true,
     listenerBackoffMinMs,
     listenerBackoffMaxMs,
-    listenerAcquireTimeoutMs: integer(options, 'listenerAcquireTimeoutMs', 1000, 1, HOUR),
-    lockTimeoutMs: integer(options, 'lockTimeoutMs', 5000, 1, HOUR),
-    fenceLockTimeoutMs: integer(options, 'fenceLockTimeoutMs', 50, 1, 60_000),
-    bootstrapFenceTimeoutMs: integer(options, 'bootstrapFenceTimeoutMs', 30_000, 0, HOUR),
+    listenerAcquireTimeoutMs: integerOption(options, 'listenerAcquireTimeoutMs', 1000, 1, HOUR),
+    lockTimeoutMs: integerOption(options, 'lockTimeoutMs', 5000, 1, HOUR),
+    fenceLockTimeoutMs: integerOption(options, 'fenceLockTimeoutMs', 50, 1, 60_000),
+    bootstrapFenceTimeoutMs: integerOption(options, 'bootstrapFenceTimeoutMs', 30_000, 0, HOUR),
     observer: options.observer,
     onError: options.onError,
   });

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { ClosedError, InvalidOptionsError } from '../errors.js';
 import { notifyChannel } from '../db/queryable.js';
+import { nameOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
 import { CursorHold } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
@@ -248,14 +249,8 @@ export class StreamClient {
 }
 
 function validateNames(consumer: unknown, stream: unknown): void {
-  for (const [name, value] of [
-    ['consumer', consumer],
-    ['stream', stream],
-  ] as const) {
-    if (typeof value !== 'string' || value.length === 0 || value.length > 200 || value.includes('\u0000')) {
-      throw new InvalidOptionsError(name, `expected a non-empty string of at most 200 characters without NUL, got ${JSON.stringify(value)}`);
-    }
-  }
+  nameOption(consumer, 'consumer');
+  nameOption(stream, 'stream');
 }
 
 function pollOnly(ms: number, signal: AbortSignal, lost: Promise<never>): Promise<WakeReason> {

@@ -1,7 +1,6 @@
-import { hostname } from 'node:os';
-import { randomUUID } from 'node:crypto';
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import { checkCallbacks, integerOption, ownerOption } from '../options.js';
 import type { PruneResult } from './pruner.js';
 
 /** Default retention: 7 days. */
@@ -37,14 +36,6 @@ export interface PrunerOptions {
 /** Resolved, validated and frozen pruner options. */
 export type ResolvedPrunerOptions = Readonly<Required<Omit<PrunerOptions, 'observer' | 'onError'>> & Pick<PrunerOptions, 'observer' | 'onError'>>;
 
-function integer(options: PrunerOptions, name: keyof PrunerOptions, fallback: number, min: number, max: number): number {
-  const value = options[name] ?? fallback;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
-
 /** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
 export function resolvePrunerOptions(options: PrunerOptions = {}): ResolvedPrunerOptions {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');
@@ -52,26 +43,21 @@ export function resolvePrunerOptions(options: PrunerOptions = {}): ResolvedPrune
     throw new InvalidOptionsError('allowShortRetention', 'expected a boolean');
   }
   const allowShortRetention = options.allowShortRetention ?? false;
-  const retentionMs = integer(options, 'retentionMs', DEFAULT_RETENTION_MS, 0, 100 * 365 * 24 * 3_600_000);
+  const retentionMs = integerOption(options, 'retentionMs', DEFAULT_RETENTION_MS, 0, 100 * 365 * 24 * 3_600_000);
   if (retentionMs < MIN_RETENTION_MS && !allowShortRetention) {
     throw new InvalidOptionsError(
       'retentionMs',
       `${retentionMs} ms is below the floor of ${MIN_RETENTION_MS} ms (1 hour); set allowShortRetention to accept it`,
     );
   }
-  const owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200 || owner.includes('\u0000')) {
-    throw new InvalidOptionsError('owner', 'expected a non-empty string of at most 200 characters without NUL');
-  }
-  for (const name of ['observer', 'onError'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'function') throw new InvalidOptionsError(name, 'expected a function');
-  }
+  const owner = ownerOption(options.owner);
+  checkCallbacks(options);
   return Object.freeze({
     schema: validateSchema(options.schema ?? DEFAULT_SCHEMA),
     retentionMs,
     allowShortRetention,
-    batchSize: integer(options, 'batchSize', 1000, 1, 100_000),
-    intervalMs: integer(options, 'intervalMs', 60_000, 1, 24 * 3_600_000),
+    batchSize: integerOption(options, 'batchSize', 1000, 1, 100_000),
+    intervalMs: integerOption(options, 'intervalMs', 60_000, 1, 24 * 3_600_000),
     owner,
     observer: options.observer,
     onError: options.onError,

@@ -1,7 +1,6 @@
-import { hostname } from 'node:os';
-import { randomUUID } from 'node:crypto';
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
+import { checkCallbacks, integerOption, ownerOption } from '../options.js';
 import type { WatermarkProgress } from './progress.js';
 
 /** Options for {@link Watermarker}. Every duration is in milliseconds. */
@@ -63,13 +62,8 @@ export type ResolvedWatermarkerOptions = Readonly<
   Required<Omit<WatermarkerOptions, 'observer' | 'onError'>> & Pick<WatermarkerOptions, 'observer' | 'onError'>
 >;
 
-function integer(options: WatermarkerOptions, name: keyof WatermarkerOptions, fallback: number, min: number, max = 86_400_000): number {
-  const value = options[name] ?? fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
+/** Every watermarker duration is at most a day unless stated. */
+const DAY = 86_400_000;
 
 /** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
 export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): ResolvedWatermarkerOptions {
@@ -77,20 +71,17 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     throw new InvalidOptionsError('options', 'expected an object');
   }
   const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
-  const owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200 || owner.includes('\u0000')) {
-    throw new InvalidOptionsError('owner', 'expected a non-empty string of at most 200 characters without NUL');
-  }
-  const leaseTtlMs = integer(options, 'leaseTtlMs', 10_000, 20);
-  const leaseRenewMs = integer(options, 'leaseRenewMs', Math.floor(leaseTtlMs / 3), 1);
+  const owner = ownerOption(options.owner);
+  const leaseTtlMs = integerOption(options, 'leaseTtlMs', 10_000, 20, DAY);
+  const leaseRenewMs = integerOption(options, 'leaseRenewMs', Math.floor(leaseTtlMs / 3), 1, DAY);
   if (leaseRenewMs * 2 >= leaseTtlMs) {
     throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
   }
-  const lockTimeoutMs = integer(options, 'lockTimeoutMs', 50, 1, 60_000);
+  const lockTimeoutMs = integerOption(options, 'lockTimeoutMs', 50, 1, 60_000);
   // A wait must end while the lease is still valid: it can start up to
   // leaseRenewMs after the last renewal, and the lease lasts leaseTtlMs.
   const leaseRoom = leaseTtlMs - leaseRenewMs;
-  const lockTimeoutMaxMs = integer(options, 'lockTimeoutMaxMs', Math.max(lockTimeoutMs, Math.min(2000, leaseRoom)), 1, 600_000);
+  const lockTimeoutMaxMs = integerOption(options, 'lockTimeoutMaxMs', Math.max(lockTimeoutMs, Math.min(2000, leaseRoom)), 1, 600_000);
   if (lockTimeoutMaxMs < lockTimeoutMs) {
     throw new InvalidOptionsError('lockTimeoutMaxMs', `must be at least lockTimeoutMs (${lockTimeoutMs}), got ${lockTimeoutMaxMs}`);
   }
@@ -100,16 +91,12 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
       `must not exceed leaseTtlMs - leaseRenewMs (${leaseRoom}), or a long wait outlives the lease; got ${lockTimeoutMaxMs}`,
     );
   }
-  const pollMinMs = integer(options, 'pollMinMs', 5, 0);
-  const pollMaxMs = integer(options, 'pollMaxMs', 100, 0);
+  const pollMinMs = integerOption(options, 'pollMinMs', 5, 0, DAY);
+  const pollMaxMs = integerOption(options, 'pollMaxMs', 100, 0, DAY);
   if (pollMaxMs < pollMinMs) {
     throw new InvalidOptionsError('pollMaxMs', `must be at least pollMinMs (${pollMinMs}), got ${pollMaxMs}`);
   }
-  for (const name of ['observer', 'onError'] as const) {
-    if (options[name] !== undefined && typeof options[name] !== 'function') {
-      throw new InvalidOptionsError(name, 'expected a function');
-    }
-  }
+  checkCallbacks(options);
   if (options.synchronousCommit !== undefined && typeof options.synchronousCommit !== 'boolean') {
     throw new InvalidOptionsError('synchronousCommit', 'expected a boolean');
   }
@@ -120,11 +107,11 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     leaseRenewMs,
     lockTimeoutMs,
     lockTimeoutMaxMs,
-    fenceTryLimit: integer(options, 'fenceTryLimit', 3, 0, 1_000_000),
+    fenceTryLimit: integerOption(options, 'fenceTryLimit', 3, 0, 1_000_000),
     pollMinMs,
     pollMaxMs,
-    heartbeatIntervalMs: integer(options, 'heartbeatIntervalMs', 1000, 0),
-    heartbeatTimeoutMs: integer(options, 'heartbeatTimeoutMs', 5000, 1, 600_000),
+    heartbeatIntervalMs: integerOption(options, 'heartbeatIntervalMs', 1000, 0, DAY),
+    heartbeatTimeoutMs: integerOption(options, 'heartbeatTimeoutMs', 5000, 1, 600_000),
     synchronousCommit: options.synchronousCommit ?? false,
     observer: options.observer,
     onError: options.onError,

@@ -1,6 +1,7 @@
 import { StreamClient } from '../../consumer/stream-client.js';
 import type { StreamEvent } from '../../consumer/events.js';
 import { ResyncRequiredError } from '../../errors.js';
+import { nameOption } from '../../options.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError } from '../cli-error.js';
 import { parseDuration } from '../duration.js';
@@ -40,8 +41,11 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     pollIntervalMs: parseDuration(options.poll, '--poll'),
   };
   for (const name of ['consumer', 'stream'] as const) {
-    const v = options[name];
-    if (!v || v.length > 200 || v.includes('\u0000')) throw new CliError(`--${name}: expected a non-empty name of at most 200 characters`);
+    try {
+      nameOption(options[name], name);
+    } catch (err) {
+      throw new CliError(`--${(err as Error).message}`); // "--consumer: expected ..."
+    }
   }
   const db = await openDatabase(options, 3);
   const client = configured(() => new StreamClient(db.pool, clientOptions));
