@@ -8,6 +8,7 @@ import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
 import { pageSql, runPage, type PageSql } from './page.js';
+import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 /** Options for {@link StreamClient.tail}. */
 export interface TailOptions {
@@ -231,20 +232,8 @@ export class StreamClient {
   }
 
   private emit(event: ConsumerEvent): void {
-    if (event.type === 'listener:error') this.report(event.error);
-    try {
-      this.options.observer?.(event);
-    } catch (err) {
-      this.report(err);
-    }
-  }
-
-  private report(err: unknown): void {
-    try {
-      this.options.onError?.(err);
-    } catch {
-      // An error handler that throws must not break delivery.
-    }
+    if (event.type === 'listener:error') reportError(this.options.onError, event.error);
+    notifyObserver(this.options.observer, event, this.options.onError);
   }
 }
 

@@ -3,6 +3,7 @@ import { InvalidOptionsError } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { quoteIdent } from '../db/queryable.js';
 import { resolvePrunerOptions, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
+import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 /** What one `prune()` pass deleted. */
 export interface PruneResult {
@@ -135,18 +136,10 @@ export class Pruner {
   }
 
   private observe(result: PruneResult): void {
-    try {
-      this.options.observer?.(result);
-    } catch (err) {
-      this.report(err);
-    }
+    notifyObserver(this.options.observer, result, this.options.onError);
   }
 
   private report(err: unknown): void {
-    try {
-      this.options.onError?.(err);
-    } catch {
-      // An error handler that throws must not stop the loop.
-    }
+    reportError(this.options.onError, err);
   }
 }

@@ -6,6 +6,7 @@ import { notifyChannel, quoteIdent } from '../db/queryable.js';
 import { acquireLease, acquireLeaseSql, releaseLeaseSql } from './lease.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
 import type { HeartbeatOutcome, WatermarkProgress } from './progress.js';
+import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 interface StepRow {
   outcome: 'advanced' | 'idle' | 'busy' | 'timeout' | 'not_leader';
@@ -245,11 +246,7 @@ export class Watermarker {
   }
 
   private observe(progress: WatermarkProgress): void {
-    try {
-      this.options.observer?.({ ...progress });
-    } catch (err) {
-      this.report(err);
-    }
+    notifyObserver(this.options.observer, { ...progress }, this.options.onError);
   }
 
   private async heartbeat(progress: WatermarkProgress, signal?: AbortSignal): Promise<HeartbeatOutcome> {
@@ -274,10 +271,6 @@ export class Watermarker {
   }
 
   private report(err: unknown): void {
-    try {
-      this.options.onError?.(err);
-    } catch {
-      // An error handler that throws must not break the loop.
-    }
+    reportError(this.options.onError, err);
   }
 }
