@@ -111,7 +111,7 @@ export class Watermarker {
         // by the (escalated) fence wait: the fence is held meanwhile.
         const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, this.waitMs, o.synchronousCommit, o.lockTimeoutMs]);
         const row = result.rows[0] as StepRow;
-        progress = row.outcome === 'timeout' ? this.fenceWaitTimedOut(priorSeq, row) : this.fromRow(row, blocking);
+        progress = this.fromRow(row, blocking);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
         // Holding the fence, the publishing UPDATE waited longer than
@@ -168,30 +168,8 @@ export class Watermarker {
     }
   }
 
-  /**
-   * The bounded fence wait expired: nothing was published, and the queued
-   * exclusive request is gone. Writers that outlast one wait may outlast the
-   * next: space the waits out (each one briefly queues new writers) and make
-   * the next one longer, so that one finally outlasts the writers holding
-   * the fence. A wait that times out at the cap means a writer longer than
-   * the cap (a leaked transaction, say): nothing can publish until it ends,
-   * so waits become rare (up to 1024 misses apart) instead of queueing
-   * writers for the full cap again and again.
-   */
-  private fenceWaitTimedOut(priorSeq: bigint, row: StepRow): WatermarkProgress {
-    const o = this.options;
-    const atCap = this.waitMs >= o.lockTimeoutMaxMs;
-    const safeSeq = BigInt(row.safe_seq);
-    if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
-    this.leaseOwner = row.lease_owner;
-    this.leaseExpiresAt = row.lease_expires_at;
-    this.busyStreak = 0;
-    this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
-    this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
-    return this.progress('fence_busy', priorSeq, row.max_seq === null ? null : BigInt(row.max_seq), true, true, row.wait_us / 1000, 0);
-  }
-
   private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
+    const o = this.options;
     const safeSeq = BigInt(row.safe_seq);
     if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
     this.leaseOwner = row.lease_owner;
@@ -199,18 +177,33 @@ export class Watermarker {
     if (row.outcome === 'not_leader') {
       this.leader = false;
     }
+    const maxSeq = row.max_seq === null ? null : BigInt(row.max_seq);
+    if (row.outcome === 'timeout') {
+      // The bounded fence wait expired: nothing was published, and the
+      // queued exclusive request is gone. Writers that outlast one wait may
+      // outlast the next: space the waits out (each one briefly queues new
+      // writers) and make the next one longer, so that one finally outlasts
+      // the writers holding the fence. A wait that times out at the cap
+      // means a writer longer than the cap (a leaked transaction, say):
+      // nothing can publish until it ends, so waits become rare (up to 1024
+      // misses apart) instead of queueing writers for the full cap again.
+      const atCap = this.waitMs >= o.lockTimeoutMaxMs;
+      this.busyStreak = 0;
+      this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
+      this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
+      return this.progress('fence_busy', BigInt(row.prior_seq), maxSeq, true, true, row.wait_us / 1000, 0);
+    }
     this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
-    if (row.outcome !== 'busy') this.blockAfter = this.options.fenceTryLimit;
+    if (row.outcome !== 'busy') this.blockAfter = o.fenceTryLimit;
     // After a publication the wait halves rather than resetting, so under
     // sustained overlap it stays near the level that last succeeded instead
     // of climbing the whole ladder of timed-out waits again. Other outcomes
     // (idle, not_leader) say nothing about writers and leave it alone.
-    if (row.outcome === 'advanced') this.waitMs = Math.max(this.options.lockTimeoutMs, Math.floor(this.waitMs / 2));
-    const outcome = row.outcome === 'busy' || row.outcome === 'timeout' ? 'fence_busy' : row.outcome;
+    if (row.outcome === 'advanced') this.waitMs = Math.max(o.lockTimeoutMs, Math.floor(this.waitMs / 2));
     return this.progress(
-      outcome,
+      row.outcome === 'busy' ? 'fence_busy' : row.outcome,
       BigInt(row.prior_seq),
-      row.max_seq === null ? null : BigInt(row.max_seq),
+      maxSeq,
       blocking,
       false,
       row.wait_us / 1000,
