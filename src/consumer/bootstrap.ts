@@ -5,6 +5,7 @@ import { fenceKey, quoteIdent } from '../db/queryable.js';
 import { CursorHold, transaction } from './cursor-hold.js';
 import type { Transaction } from './events.js';
 import type { ResolvedStreamClientOptions } from './options.js';
+import type { PageSql } from './page.js';
 
 /**
  * An open REPEATABLE READ snapshot to rebuild a projection from, returned by
@@ -46,6 +47,7 @@ export interface BootstrapSnapshot {
 export async function openBootstrap(
   pool: pg.Pool,
   options: ResolvedStreamClientOptions,
+  sql: PageSql,
   consumer: string,
   stream: string,
   signal: AbortSignal | undefined,
@@ -57,10 +59,7 @@ export async function openBootstrap(
   const fence = fenceKey(options.schema).toString();
   let inTransaction = false;
   try {
-    await client.query(`INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`, [
-      consumer,
-      stream,
-    ]);
+    await client.query(sql.ensureCursor, [consumer, stream]);
     // The snapshot point is taken under the exclusive fence, and the whole
     // fenced section is one simple-protocol message that the server runs
     // back to back: the fence is never held while the server waits for this
@@ -73,15 +72,11 @@ export async function openBootstrap(
         await client.query<{ seq: string }>(`SELECT seq FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 FOR NO KEY UPDATE`, [consumer, stream])
       ).rows[0];
     } catch (err) {
-      const state = sqlState(err);
-      if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
-        throw new CursorContentionError(consumer, stream, { cause: err });
-      }
-      throw err;
+      throw hold.contention(err);
     }
     if (!prior) throw new CursorContentionError(consumer, stream); // deleted under us by a foreign session
     signal?.throwIfAborted();
-    return new Snapshot(hold, s, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
+    return new Snapshot(hold, sql.advance, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
   } catch (err) {
     // takeSnapshot leaves the connection clean or marked broken; after it,
     // the open transaction is rolled back (a failed rollback marks it broken).
@@ -186,7 +181,7 @@ class Snapshot implements BootstrapSnapshot {
 
   constructor(
     private readonly hold: CursorHold,
-    private readonly schema: string,
+    private readonly advanceSql: string,
     readonly consumer: string,
     readonly stream: string,
     readonly safeSeq: bigint,
@@ -204,11 +199,7 @@ class Snapshot implements BootstrapSnapshot {
 
   private async finish(): Promise<void> {
     try {
-      await this.hold.client.query(`UPDATE ${this.schema}.cursors SET seq = $3, updated_at = now() WHERE consumer = $1 AND stream = $2`, [
-        this.consumer,
-        this.stream,
-        this.safeSeq.toString(),
-      ]);
+      await this.hold.client.query(this.advanceSql, [this.consumer, this.stream, this.safeSeq.toString()]);
       await this.hold.client.query('COMMIT');
     } catch (err) {
       const translated = this.hold.translate(err);

@@ -109,6 +109,19 @@ export class CursorHold {
     return err;
   }
 
+  /**
+   * A failed lock of the cursor row: another session outside tidemark's
+   * cursor lock holds it (55P03 after lock_timeout) or changed it after this
+   * transaction's snapshot (40001). Either is contention, as the caller sees it.
+   */
+  contention(err: unknown): unknown {
+    const state = sqlState(err);
+    if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
+      return new CursorContentionError(this.consumer, this.stream, { cause: err });
+    }
+    return this.translate(err);
+  }
+
   /** Rolls back after a failure; a failed rollback leaves the connection to be destroyed. */
   async rollback(): Promise<void> {
     if (this.broken !== undefined) return;

@@ -1,9 +1,9 @@
-import { ConnectionLostError, CursorContentionError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
+import { ConnectionLostError, HandlerError, ResyncRequiredError } from '../errors.js';
 import { quoteIdent } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler, StreamEvent } from './events.js';
 
-/** The statements of one page, for one schema. */
+/** The cursor statements of one schema, shared by pages and bootstrap. */
 export interface PageSql {
   begin: (lockTimeoutMs: number) => string;
   read: string;
@@ -96,14 +96,9 @@ export async function runPage(
     try {
       return await run();
     } catch (err) {
-      const translated = hold.translate(err);
+      const failure = hold.contention(err);
       await hold.rollback();
-      const state = sqlState(err);
-      if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
-        // Someone outside tidemark's cursor lock holds or changed the cursor row.
-        throw new CursorContentionError(consumer, stream, { cause: err });
-      }
-      throw translated;
+      throw failure;
     }
   };
 

@@ -149,7 +149,7 @@ export class StreamClient {
   async bootstrap(consumer: string, stream: string, options: { signal?: AbortSignal } = {}): Promise<BootstrapSnapshot> {
     if (this.closed) throw new ClosedError('StreamClient');
     validateNames(consumer, stream);
-    const snapshot = await openBootstrap(this.pool, this.options, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed));
+    const snapshot = await openBootstrap(this.pool, this.options, this.sql, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed));
     if (this.closed) {
       await snapshot.close();
       throw new ClosedError('StreamClient');
