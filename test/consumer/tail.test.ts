@@ -1,7 +1,5 @@
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, test } from 'node:test';
-import pg from 'pg';
 import {
   ConnectionLostError,
   CursorContentionError,
@@ -13,7 +11,7 @@ import {
   type StreamEvent,
   type Transaction,
 } from '../../src/index.js';
-import { closeAdmin, insertEvent, testDb, waitForBlockedStatement, type TestDb } from '../support/db.js';
+import { closeAdmin, insertEvent, testDb, testRole, waitForBlockedStatement, type TestDb } from '../support/db.js';
 import { latch, Recorder } from '../support/latch.js';
 
 after(closeAdmin);
@@ -361,13 +359,8 @@ test('nothing a handler leaves behind reaches the pool: its tx handle dies with 
   await publish(db, 1, watermarker);
   let kept: Transaction | undefined;
   // A role the handler switches to (allowed to go on with the page: consumer 'c').
-  const role = `tidemark_test_h_${randomBytes(4).toString('hex')}`;
+  const role = testRole(t, 'h');
   await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [role]);
-  t.after(async () => {
-    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
-    await admin.connect();
-    await admin.query(`DROP ROLE IF EXISTS "${role}"`).finally(() => admin.end());
-  });
   const client = new StreamClient(pool, { listen: false });
   await client.drain('c', 's', async (_e, tx) => {
     kept = tx;

@@ -1,27 +1,19 @@
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, test, type TestContext } from 'node:test';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import { from as copyFrom } from 'pg-copy-streams';
 import { append, StreamClient, Watermarker } from '../../src/index.js';
-import { closeAdmin, testDb, type TestDb } from '../support/db.js';
+import { closeAdmin, testDb, testRole, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
 
 /** Creates a role through the opt-in function; drops it (roles are cluster-wide) after the test. */
 async function grantedRole(t: TestContext, db: TestDb, kind: 'writer' | 'consumer') {
-  const role = `tidemark_test_${kind}_${randomBytes(4).toString('hex')}`;
+  const role = testRole(t, kind);
   const grant = kind === 'writer' ? `SELECT tidemark.grant_writer($1)` : `SELECT tidemark.grant_consumer($1, ARRAY['c', 'c2'])`;
   await db.observer.query(grant, [role]);
   await db.observer.query(grant, [role]); // idempotent
-  t.after(async () => {
-    // Runs after the test database (and the privileges in it) is gone.
-    const { default: pg } = await import('pg');
-    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
-    await admin.connect();
-    await admin.query(`DROP ROLE IF EXISTS "${role}"`).finally(() => admin.end());
-  });
   // Connections of this pool act as the role (the test superuser assumes it).
   return { role, pool: db.pool({ options: `-c role=${role}` }) };
 }
@@ -117,7 +109,7 @@ test('the consumer role can tail, record resyncs and bootstrap, and do nothing e
 test('a dropped role leaves its consumer grants inert: other consumer roles keep working, a namesake gets nothing', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const gone = `tidemark_test_gone_${randomBytes(4).toString('hex')}`;
+  const gone = testRole(t, 'gone');
   await observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [gone]);
   const { pool } = await grantedRole(t, db, 'consumer'); // granted 'c' and 'c2'
   await observer.query(`DROP OWNED BY "${gone}"`);
@@ -127,12 +119,6 @@ test('a dropped role leaves its consumer grants inert: other consumer roles keep
 
   // A new role under the old name inherits nothing.
   await observer.query(`CREATE ROLE "${gone}" NOLOGIN`);
-  t.after(async () => {
-    const { default: pg } = await import('pg');
-    const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
-    await admin.connect();
-    await admin.query(`DROP ROLE IF EXISTS "${gone}"`).finally(() => admin.end());
-  });
   await observer.query(`GRANT USAGE ON SCHEMA tidemark TO "${gone}"; GRANT SELECT, INSERT, UPDATE ON tidemark.cursors TO "${gone}"; GRANT SELECT ON tidemark.consumer_grants TO "${gone}"`);
   const namesake = db.pool({ options: `-c role=${gone}` });
   await assert.rejects(namesake.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 'x')`), denied);

@@ -100,6 +100,17 @@ export async function testDb(t: TestContext): Promise<TestDb> {
   };
 }
 
+/**
+ * A fresh name for a cluster-wide role, dropped after the test. Call it after
+ * testDb(t): hooks run in order, so the drop comes after the test database
+ * (and the privileges granted in it) is gone.
+ */
+export function testRole(t: TestContext, prefix: string): string {
+  const role = `tidemark_test_${prefix}_${randomBytes(4).toString('hex')}`;
+  t.after(() => adminPool().query(`DROP ROLE IF EXISTS ${quoteIdent(role)}`));
+  return role;
+}
+
 /** Ends the shared admin pool; call from a file's `after` hook. */
 export async function closeAdmin(): Promise<void> {
   await admin?.end();
