@@ -1,0 +1,99 @@
+import { once } from 'node:events';
+import { installChecker } from '../checker.js';
+import { benchPool } from '../db.js';
+import { settle, type BenchContext } from '../context.js';
+import { Histogram } from '../histogram.js';
+import { epochMs } from '../load.js';
+import type { Goal, ScenarioResult } from '../report.js';
+import { spawnWorker } from '../worker.js';
+
+interface WriteReport {
+  type: 'write';
+  commits: [number, number][];
+  result: { committedEvents: number; elapsedMs: number; errors: number; firstError?: string };
+}
+
+/**
+ * Commit -> handler latency at offered rates. The load runs in a child
+ * process (8 writers, open loop, one event per transaction) and reports when
+ * each COMMIT returned; the consumer runs here and notes when each handler
+ * ran. Both clocks are the machine's wall clock at sub-millisecond precision.
+ */
+export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
+  const t0 = performance.now();
+  const rates = ctx.pick([1000], [100, 1000, 5000]);
+  const windowMs = ctx.pick(1000, 5000);
+  const rows: (string | number | null)[][] = [];
+  const goals: Goal[] = [];
+  const notes: string[] = [];
+  for (const contender of ctx.contenders) {
+    const url = await ctx.server.freshDatabase(`e2e_${contender.id}`);
+    const pool = benchPool(url, 2);
+    await contender.install(pool);
+    await installChecker(pool);
+    const services = await contender.services?.(url);
+    const received = new Map<number, number>();
+    const stop = new AbortController();
+    const consuming = contender
+      .consume(
+        url,
+        async (_tx, events) => {
+          const now = epochMs();
+          for (const e of events) if (!received.has(e.id)) received.set(e.id, now);
+        },
+        { name: 'c1', batchSize: 1000, signal: stop.signal },
+      )
+      .catch(() => undefined);
+    try {
+      for (const [i, rate] of rates.entries()) {
+        ctx.progress.step(`end-to-end latency: ${contender.id} at ${rate} events/s`);
+        const child = spawnWorker(['write', contender.id, url, '8', String(rate), String(windowMs), String((i + 1) * 1e8), `r${rate}-`]);
+        const [report] = (await once(child, 'message')) as [WriteReport];
+        await once(child, 'exit').catch(() => undefined);
+        await settle(
+          async () => {
+            let left = 0;
+            for (const [id] of report.commits) if (!received.has(id)) left += 1;
+            return { done: left === 0, progress: left };
+          },
+          ctx.pick(2000, 4000),
+          ctx.pick(5000, 20000),
+        );
+        const h = new Histogram();
+        let undelivered = 0;
+        for (const [id, at] of report.commits) {
+          const got = received.get(id);
+          if (got === undefined) undelivered += 1;
+          else h.recordMs(Math.max(0, got - at));
+        }
+        const s = h.summary();
+        const achieved = (report.result.committedEvents / report.result.elapsedMs) * 1000;
+        rows.push([contender.title, rate, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+        if (report.result.errors > 0) notes.push(`${contender.title} at ${rate}/s: ${report.result.errors} writer errors (${report.result.firstError})`);
+        if (contender.id === 'tidemark' && rate === 5000) {
+          goals.push({ goal: 'end-to-end: tidemark commit→handler p99 at 5,000 events/s', target: '<= 25 ms', measured: `${s.p99.toFixed(1)} ms (achieved ${achieved.toFixed(0)} events/s)`, met: s.p99 <= 25 });
+        }
+      }
+    } finally {
+      stop.abort();
+      await consuming;
+      await services?.stop();
+      await pool.end();
+    }
+  }
+  if (goals.length === 0 && ctx.contenders.some((c) => c.id === 'tidemark')) {
+    goals.push({ goal: 'end-to-end: tidemark commit→handler p99 at 5,000 events/s', target: '<= 25 ms', measured: 'not run at 5,000/s (--quick)', met: null });
+  }
+  return {
+    id: 'e2e-latency',
+    title: '5. End-to-end latency',
+    method:
+      `8 writers in a separate process, open loop, one event per transaction, ${windowMs / 1000} s per rate; latency from COMMIT returning in the writer to the handler running. ` +
+      'Contenders run one after another. "achieved" is what the writers committed; an offered rate a contender cannot sustain shows there.',
+    columns: ['contender', 'offered events/s', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered'],
+    rows,
+    notes,
+    goals,
+    elapsedMs: performance.now() - t0,
+  };
+}

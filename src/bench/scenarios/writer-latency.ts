@@ -1,0 +1,156 @@
+import type { ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { cpuSecondsOf } from '../cpu.js';
+import { benchPool } from '../db.js';
+import type { BenchContext } from '../context.js';
+import { Histogram } from '../histogram.js';
+import { runLoad } from '../load.js';
+import type { Goal, ScenarioResult } from '../report.js';
+import { spawnWorker } from '../worker.js';
+import { tidemarkContender } from '../contenders/tidemark.js';
+import { REFERENCE_SAFE_TABLE, WATERMARKER_APP } from './watermarkers.js';
+
+interface Config {
+  id: string;
+  label: string;
+  args?: [kind: string, step: string];
+}
+
+const CONFIGS: Config[] = [
+  { id: 'none', label: 'no watermarker' },
+  { id: 'defaults', label: 'tidemark watermarker, defaults', args: ['tidemark', 'default'] },
+  { id: 'tidemark10', label: 'tidemark watermarker, 10 ms step', args: ['tidemark', '10'] },
+  { id: 'reference10', label: 'reference-style watermarker, 10 ms step', args: ['reference', '10'] },
+];
+
+interface Tally {
+  writers: Histogram;
+  hold: Histogram;
+  cpuSeconds: number | null;
+  ms: number;
+  committed: number;
+}
+
+async function startWatermarker(url: string, args: [string, string]): Promise<ChildProcess> {
+  const child = spawnWorker(['watermark', args[0], url, args[1]]);
+  await new Promise<void>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`watermarker worker exited with ${code}`)));
+    child.on('message', (m: { type?: string }) => m.type === 'ready' && resolve());
+  });
+  return child;
+}
+
+async function stopWatermarker(child: ChildProcess): Promise<Histogram> {
+  const result = new Promise<Histogram>((resolve) => {
+    child.on('message', (m: { type?: string; hold?: ReturnType<Histogram['toJSON']> }) => {
+      if (m.type === 'watermark' && m.hold) resolve(Histogram.fromJSON(m.hold));
+    });
+  });
+  const exited = once(child, 'exit');
+  child.send('stop');
+  const hold = await result;
+  await exited;
+  return hold;
+}
+
+/**
+ * The same writers (tidemark's append, 8 connections, open loop, one event
+ * per transaction) with no watermarker, with tidemark's at its defaults and
+ * at a fixed 10 ms step, and with a reference-style watermarker (blocking
+ * exclusive acquisition, one statement per round trip, synchronous commit)
+ * at 10 ms on the same fence and table. Windows rotate through the four
+ * configurations so drift falls on all of them. The watermarker runs in its
+ * own process; its CPU is that process plus its server backends.
+ */
+export async function writerLatency(ctx: BenchContext): Promise<ScenarioResult> {
+  const t0 = performance.now();
+  const contender = tidemarkContender();
+  const url = await ctx.server.freshDatabase('writer_latency');
+  const pool = benchPool(url, 2);
+  await contender.install(pool);
+  await pool.query(`CREATE TABLE ${REFERENCE_SAFE_TABLE} (id int PRIMARY KEY, safe_seq bigint NOT NULL); INSERT INTO ${REFERENCE_SAFE_TABLE} VALUES (1, 0)`);
+  const windowMs = ctx.pick(1000, 6000);
+  const rounds = ctx.pick(1, 3);
+  const txPerSec = ctx.pick(400, 800);
+  const tallies = new Map(CONFIGS.map((c) => [c.id, { writers: new Histogram(), hold: new Histogram(), cpuSeconds: 0, ms: 0, committed: 0 } as Tally]));
+  try {
+    for (let round = 0; round < rounds; round += 1) {
+      const order = CONFIGS.map((_, i) => CONFIGS[(i + round) % CONFIGS.length]!);
+      for (const config of order) {
+        ctx.progress.step(`writer latency: ${config.label} (round ${round + 1}/${rounds})`);
+        const tally = tallies.get(config.id)!;
+        const child = config.args ? await startWatermarker(url, config.args) : undefined;
+        await new Promise((r) => setTimeout(r, 300));
+        const backends = child
+          ? (await pool.query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1', [WATERMARKER_APP])).rows.map(
+              (r) => r.pid as number,
+            )
+          : [];
+        const pids = child ? [child.pid!, ...backends] : [];
+        const cpu0 = await cpuSecondsOf(pids);
+        const load = await runLoad(contender, url, { writers: 8, durationMs: windowMs, txPerSec });
+        const cpu1 = await cpuSecondsOf(pids);
+        tally.cpuSeconds = tally.cpuSeconds === null || cpu0 === null || cpu1 === null ? null : tally.cpuSeconds + (cpu1 - cpu0);
+        tally.ms += load.elapsedMs;
+        tally.committed += load.committedTx;
+        tally.writers.merge(load.latency);
+        if (child) tally.hold.merge(await stopWatermarker(child));
+      }
+    }
+  } finally {
+    await pool.end();
+  }
+  const none = tallies.get('none')!.writers.summary();
+  const p99 = (id: string) => tallies.get(id)!.writers.summary().p99;
+  const rows = CONFIGS.map((c) => {
+    const t = tallies.get(c.id)!;
+    const w = t.writers.summary();
+    const h = t.hold.summary();
+    return [
+      c.label,
+      w.p50,
+      w.p99,
+      w.p99 / none.p99,
+      c.args ? h.p50 : null,
+      c.args ? h.p99 : null,
+      c.args ? h.count : null,
+      c.args && t.cpuSeconds !== null ? (t.cpuSeconds / (t.ms / 1000)) * 100 : null,
+      (t.committed / t.ms) * 1000,
+    ];
+  });
+  const holdP99 = tallies.get('defaults')!.hold.merge(tallies.get('tidemark10')!.hold).summary().p99;
+  const goals: Goal[] = [
+    {
+      goal: 'writer latency: p99 with tidemark watermarker at defaults / none',
+      target: '<= 1.15',
+      measured: (p99('defaults') / none.p99).toFixed(3),
+      met: p99('defaults') / none.p99 <= 1.15,
+    },
+    {
+      goal: 'writer latency: p99 tidemark / reference-style, both at 10 ms',
+      target: '<= 0.75',
+      measured: (p99('tidemark10') / p99('reference10')).toFixed(3),
+      met: p99('tidemark10') / p99('reference10') <= 0.75,
+    },
+    {
+      goal: 'exclusive-fence hold p99 (tidemark, all steps that took the fence)',
+      target: '< 0.2 ms',
+      measured: `${holdP99.toFixed(3)} ms`,
+      met: holdP99 < 0.2,
+    },
+  ];
+  return {
+    id: 'writer-latency',
+    title: '4. Writer latency under the watermarker',
+    method:
+      `8 writers, open loop at ${txPerSec} transactions/s in all, one event each, latency from each transaction's scheduled start to COMMIT returning; ` +
+      `${rounds} round(s) of ${windowMs / 1000} s windows rotating through the configurations. Hold: tidemark's is measured on the server from the grant to the end of ` +
+      'the publishing statement (COMMIT follows in the same round trip, asynchronous); the reference\'s from the lock statement returning to COMMIT returning, on the client. ' +
+      'Watermarker CPU is its process plus its server backends, in % of one core.',
+    columns: ['configuration', 'writer p50 ms', 'writer p99 ms', 'p99 / none', 'hold p50 ms', 'hold p99 ms', 'fenced steps', 'watermarker CPU %', 'tx/s'],
+    rows,
+    notes: [],
+    goals,
+    elapsedMs: performance.now() - t0,
+  };
+}
