@@ -13,7 +13,13 @@ export interface WatermarkerOptions {
   leaseTtlMs?: number;
   /** How often the active watermarker renews its lease; below half of `leaseTtlMs`. Default `leaseTtlMs / 3`. */
   leaseRenewMs?: number;
-  /** Bound on the first blocking wait for the exclusive fence (`lock_timeout`). Default 50. */
+  /**
+   * Bound on the first blocking wait for the exclusive fence (`lock_timeout`),
+   * and on the publishing UPDATE's wait for the watermark row. Default 5:
+   * long enough for the writers holding the fence to commit, short enough
+   * that new writers queued behind the wait are held back at most this
+   * long (bench: `npx tidemark bench --only e2e-latency,writer-latency`).
+   */
   lockTimeoutMs?: number;
   /**
    * Cap of the bounded wait, which doubles after each wait that timed out
@@ -33,14 +39,23 @@ export interface WatermarkerOptions {
    * After a wait times out, the number of misses before the next wait
    * doubles (capped at 64, or 1024 once waits time out at
    * `lockTimeoutMaxMs`) until a step is not busy, so one long writer does
-   * not make every new writer queue again and again. 0 means always wait.
-   * Default 3.
+   * not make every new writer queue again and again. 0 means a busy step
+   * waits at once (after its own try-lock). Default 0: with writers
+   * overlapping, a free instant is rare and waiting right away publishes
+   * sooner (commit -> handler p50 halved in the bench) at a cost to
+   * writers of at most `lockTimeoutMs` per step.
    */
   fenceTryLimit?: number;
   /** Delay between steps while events flow. Default 5. */
   pollMinMs?: number;
   /** Cap of the idle back-off (the delay doubles on each idle step). Default 100. */
   pollMaxMs?: number;
+  /**
+   * After a publication, idle steps keep the `pollMinMs` cadence for this
+   * long before backing off, so sparse traffic (an event every few
+   * milliseconds) is not published at the back-off cap. Default 1000.
+   */
+  idleGraceMs?: number;
   /** Minimum interval between durable heartbeats. Default 1000. */
   heartbeatIntervalMs?: number;
   /** Bound on the heartbeat's wait for its row lock. Default 5000. */
@@ -77,7 +92,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
   if (leaseRenewMs * 2 >= leaseTtlMs) {
     throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
   }
-  const lockTimeoutMs = integerOption(options, 'lockTimeoutMs', 50, 1, 60_000);
+  const lockTimeoutMs = integerOption(options, 'lockTimeoutMs', 5, 1, 60_000);
   // A wait must end while the lease is still valid: it can start up to
   // leaseRenewMs after the last renewal, and the lease lasts leaseTtlMs.
   const leaseRoom = leaseTtlMs - leaseRenewMs;
@@ -107,9 +122,10 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     leaseRenewMs,
     lockTimeoutMs,
     lockTimeoutMaxMs,
-    fenceTryLimit: integerOption(options, 'fenceTryLimit', 3, 0, 1_000_000),
+    fenceTryLimit: integerOption(options, 'fenceTryLimit', 0, 0, 1_000_000),
     pollMinMs,
     pollMaxMs,
+    idleGraceMs: integerOption(options, 'idleGraceMs', 1000, 0, DAY),
     heartbeatIntervalMs: integerOption(options, 'heartbeatIntervalMs', 1000, 0, DAY),
     heartbeatTimeoutMs: integerOption(options, 'heartbeatTimeoutMs', 5000, 1, 600_000),
     synchronousCommit: options.synchronousCommit ?? false,

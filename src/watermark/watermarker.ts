@@ -42,7 +42,7 @@ export class Watermarker {
   /** The validated, frozen options in force. */
   readonly options: ResolvedWatermarkerOptions;
   private readonly pool: pg.Pool;
-  private readonly sql: { lease: string; release: string; step: string; notify: string; beat: string };
+  private readonly sql: { lease: string; release: string; stepFunction: string; watermarkTable: string; beat: string };
   private leader = false;
   private leaseOwner: string | null = null;
   private leaseExpiresAt: Date | null = null;
@@ -70,8 +70,8 @@ export class Watermarker {
     this.sql = {
       lease: acquireLeaseSql(this.options.schema),
       release: releaseLeaseSql(this.options.schema),
-      step: `SELECT * FROM ${s}.watermark_step($1, $2, $3, $4, $5)`,
-      notify: 'SELECT pg_notify($1, $2)',
+      stepFunction: `${s}.watermark_step`,
+      watermarkTable: `${s}.watermark`,
       beat: `SELECT ${s}.beat('watermarker', $1, $2, $3)`,
     };
   }
@@ -109,9 +109,8 @@ export class Watermarker {
       try {
         // The row lock of the publication is bounded by lockTimeoutMs, not
         // by the (escalated) fence wait: the fence is held meanwhile.
-        const result = await this.pool.query<StepRow>(this.sql.step, [o.owner, blocking, this.waitMs, o.synchronousCommit, o.lockTimeoutMs]);
-        const row = result.rows[0] as StepRow;
-        progress = this.fromRow(row, blocking);
+        // The step's NOTIFY rides in the same round trip (fencedStep).
+        progress = this.fromRow(await this.fencedStep(blocking, priorSeq), blocking);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
         // Holding the fence, the publishing UPDATE waited longer than
@@ -126,28 +125,30 @@ export class Watermarker {
     }
 
     // Everything below runs after the fenced transaction committed.
-    if (progress.advanced) {
-      await this.pool.query(this.sql.notify, [notifyChannel(o.schema), progress.safeSeq.toString()]).catch((err: unknown) => this.report(err));
-    }
     this.observe(progress);
     progress.heartbeat = await this.heartbeat(progress, options.signal);
     return progress;
   }
 
   /**
-   * Steps until `signal` aborts: every `pollMinMs` while events flow, backing
-   * off to `pollMaxMs` while idle, and at the lease renewal interval as a
+   * Steps until `signal` aborts: every `pollMinMs` while events flow (and
+   * for `idleGraceMs` after the last publication), backing off to
+   * `pollMaxMs` while idle, and at the lease renewal interval as a
    * standby. Step errors go to `onError` and the loop goes on. Resolves (does
    * not reject) when the signal aborts.
    */
   async run(signal: AbortSignal): Promise<void> {
     const o = this.options;
     let wait = o.pollMinMs;
+    let lastAdvanceAt = Number.NEGATIVE_INFINITY;
     while (!signal.aborted && !this.closed) {
       try {
         const progress = await this.step({ signal });
-        if (progress.outcome === 'idle') wait = Math.min(Math.max(wait * 2, 1), o.pollMaxMs);
-        else if (progress.outcome === 'not_leader') wait = o.leaseRenewMs;
+        if (progress.advanced) lastAdvanceAt = performance.now();
+        if (progress.outcome === 'idle') {
+          // Idle right after a publication: events are likely still flowing.
+          wait = performance.now() - lastAdvanceAt < o.idleGraceMs ? o.pollMinMs : Math.min(Math.max(wait * 2, 1), o.pollMaxMs);
+        } else if (progress.outcome === 'not_leader') wait = o.leaseRenewMs;
         else wait = o.pollMinMs;
       } catch (err) {
         if (signal.aborted) break;
@@ -165,6 +166,40 @@ export class Watermarker {
     if (this.leader) {
       this.leader = false;
       await this.pool.query(this.sql.release, [this.options.owner]);
+    }
+  }
+
+  /**
+   * The fenced transaction and the consumers' wake-up in one round trip:
+   * one simple-protocol message runs BEGIN, watermark_step and COMMIT, then,
+   * in a transaction of its own after that commit, a NOTIFY carrying
+   * safe_seq when it is now above what this instance had seen. (A NOTIFY
+   * inside the fenced transaction would take PostgreSQL's cluster-wide
+   * notify lock while the fence is held.) After an error the connection is
+   * rolled back, or destroyed if that fails.
+   */
+  private async fencedStep(blocking: boolean, priorSeq: bigint): Promise<StepRow> {
+    const o = this.options;
+    const client = await this.pool.connect();
+    // A terminated backend also emits 'error' on the client; the query's own rejection carries it.
+    const ignore = () => undefined;
+    client.on('error', ignore);
+    let broken: Error | undefined;
+    try {
+      const text =
+        `BEGIN ISOLATION LEVEL READ COMMITTED; ` +
+        `SELECT * FROM ${this.sql.stepFunction}(${client.escapeLiteral(o.owner)}, ${blocking}, ${Math.trunc(this.waitMs)}, ${o.synchronousCommit}, ${o.lockTimeoutMs}); ` +
+        `COMMIT; ` +
+        `SELECT pg_catalog.pg_notify(${client.escapeLiteral(notifyChannel(o.schema))}, w.safe_seq::text) ` +
+        `FROM ${this.sql.watermarkTable} w WHERE w.safe_seq > ${priorSeq.toString()}`;
+      const results = (await client.query(text)) as unknown as pg.QueryResult<StepRow>[];
+      return results[1]!.rows[0]!;
+    } catch (err) {
+      await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken = rollbackErr));
+      throw err;
+    } finally {
+      client.off('error', ignore);
+      client.release(broken);
     }
   }
 
