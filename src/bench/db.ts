@@ -16,9 +16,9 @@ export class BenchServer {
     return u.toString();
   }
 
-  /** Drops (forcibly) and creates `tidemark_bench_<name>`; returns its URL. */
+  /** Drops (forcibly) and creates `tidemark_bench_<pid>_<name>`; returns its URL. The pid keeps concurrent runs on one server apart. */
   async freshDatabase(name: string): Promise<string> {
-    const database = `tidemark_bench_${name.replace(/[^a-z0-9_]/g, '_')}`;
+    const database = `tidemark_bench_${process.pid}_${name.replace(/[^a-z0-9_]/g, '_')}`.slice(0, 63);
     await this.admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(database)} WITH (FORCE)`);
     await this.admin.query(`CREATE DATABASE ${quoteIdent(database)}`);
     this.created.add(database);

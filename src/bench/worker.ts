@@ -2,7 +2,7 @@
  * A child process of the benchmark, so that it can be killed (SIGKILL) or
  * measured (CPU) on its own:
  *   consume <contender> <url> <cursor> <batch>   record deliveries until killed or SIGTERM
- *   write <contender> <url> <writers> <tx/s> <ms> <idBase> <keyPrefix>   open-loop load; sends commit times over IPC
+ *   write <contender> <url> <writers> <tx/s> <events/tx> <ms> <idBase> <keyPrefix>   open-loop load; sends commit times over IPC
  *   watermark <tidemark|reference> <url> <stepMs|default>   run a watermarker until told to stop; sends its hold times
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -15,7 +15,9 @@ import { runWatermarkerChild } from './scenarios/watermarkers.js';
 /** Starts `worker.ts` (or `.js` when compiled) with the same loader as this process. */
 export function spawnWorker(args: string[]): ChildProcess {
   const file = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url));
-  return spawn(process.execPath, [...process.execArgv, file, ...args], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  // The loader flags (tsx, when running from source), not the test runner's.
+  const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--test'));
+  return spawn(process.execPath, [...execArgv, file, ...args], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -34,12 +36,13 @@ async function main(argv: string[]): Promise<void> {
       signal: stop.signal,
     });
   } else if (mode === 'write') {
-    const [id, url, writers, rate, ms, base, prefix] = rest as [string, string, string, string, string, string, string];
+    const [id, url, writers, rate, perTx, ms, base, prefix] = rest as [string, string, string, string, string, string, string, string];
     setIdBase(Number(base));
     const commits: [number, number][] = [];
     const result = await runLoad(contenderById(id), url, {
       writers: Number(writers),
       txPerSec: Number(rate),
+      eventsPerTx: () => Number(perTx),
       durationMs: Number(ms),
       keyPrefix: prefix,
       onCommit: (events, at) => {

@@ -16,8 +16,8 @@ const BATCHES = [100, 1000, 5000];
  */
 export async function backlogDrain(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
-  const backlog = ctx.pick(20_000, 1_000_000);
-  const take = ctx.pick(5_000, 100_000);
+  const backlog = ctx.pick(10_000, 1_000_000);
+  const take = ctx.pick(3_000, 100_000);
   const rounds = ctx.pick(1, 2);
   const url = await ctx.server.freshDatabase('drain');
   const pool = benchPool(url, 4);

@@ -52,7 +52,7 @@ async function torture(ctx: BenchContext, contender: Contender): Promise<Row> {
     })();
     const load = await runLoad(contender, url, {
       writers: 8,
-      durationMs: ctx.pick(4000, 20000),
+      durationMs: ctx.pick(3000, 20000),
       eventsPerTx: () => 1 + Math.floor(Math.random() * 3),
       holdMs: () => (Math.random() < 0.01 ? 5000 : Math.random() * 200),
       rollback: () => Math.random() < 0.02,
@@ -66,8 +66,8 @@ async function torture(ctx: BenchContext, contender: Contender): Promise<Row> {
         const n = await deliveredCount(pool, CURSOR);
         return { done: n >= committed, progress: n };
       },
-      ctx.pick(3000, 6000),
-      ctx.pick(15000, 60000),
+      ctx.pick(2500, 6000),
+      ctx.pick(12000, 60000),
     );
     const verdict = await check(pool, CURSOR);
     return { contender, verdict, rolledBack: load.rolledBack, writeErrors: load.errors, kills, drained };
@@ -89,7 +89,7 @@ export async function gapTorture(ctx: BenchContext): Promise<ScenarioResult> {
     id: 'gap-torture',
     title: '1. Gap torture (correctness)',
     method:
-      `8 writers, ${ctx.pick(4, 20)} s: transactions of 1-3 events stay open 0-200 ms after their inserts (1% for 5 s), 2% roll back; ` +
+      `8 writers, ${ctx.pick(3, 20)} s: transactions of 1-3 events stay open 0-200 ms after their inserts (1% for 5 s), 2% roll back; ` +
       `the consumer process is SIGKILLed every ${ctx.pick('0.3-1.5', '0.5-3')} s and restarted, then drains. One cursor per contender; ` +
       'each delivery is recorded in the handler transaction. Out of order counts first deliveries that came after a later event of the same writer. ' +
       'Contenders run four at a time, each on its own database.',

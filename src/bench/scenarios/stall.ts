@@ -35,10 +35,10 @@ interface Probe {
 export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const phaseMs: Record<Phase, number> = {
-    steady: ctx.pick(2000, 5000),
-    'idle writer, other database': ctx.pick(4000, 30000),
-    'long read-only snapshot': ctx.pick(4000, 20000),
-    'long outbox writer': ctx.pick(4000, 20000),
+    steady: ctx.pick(1500, 5000),
+    'idle writer, other database': ctx.pick(3000, 30000),
+    'long read-only snapshot': ctx.pick(2000, 20000),
+    'long outbox writer': ctx.pick(2000, 20000),
   };
   ctx.progress.step('stall blast radius: setup');
   const otherUrl = await ctx.server.freshDatabase('stall_other');
@@ -133,8 +133,8 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
         const left = probes.reduce((n, p) => n + p.commits.size, 0);
         return { done: left === 0, progress: left };
       },
-      ctx.pick(3000, 5000),
-      ctx.pick(10000, 30000),
+      ctx.pick(2000, 5000),
+      ctx.pick(8000, 30000),
     );
     for (const probe of probes) for (const c of probe.commits.values()) probe.undelivered.set(c.phase, probe.undelivered.get(c.phase)! + 1);
   } finally {

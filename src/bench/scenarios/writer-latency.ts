@@ -69,8 +69,8 @@ export async function writerLatency(ctx: BenchContext): Promise<ScenarioResult> 
   const pool = benchPool(url, 2);
   await contender.install(pool);
   await pool.query(`CREATE TABLE ${REFERENCE_SAFE_TABLE} (id int PRIMARY KEY, safe_seq bigint NOT NULL); INSERT INTO ${REFERENCE_SAFE_TABLE} VALUES (1, 0)`);
-  const windowMs = ctx.pick(1000, 6000);
-  const rounds = ctx.pick(1, 3);
+  const windowMs = ctx.pick(800, 3000);
+  const rounds = ctx.pick(1, 8);
   const txPerSec = ctx.pick(400, 800);
   const tallies = new Map(CONFIGS.map((c) => [c.id, { writers: new Histogram(), hold: new Histogram(), cpuSeconds: 0, ms: 0, committed: 0 } as Tally]));
   try {
