@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { after, test } from 'node:test';
 import { Watermarker, type WatermarkProgress } from '../../src/index.js';
 import {
@@ -291,4 +292,46 @@ test('a watermarker of the previous version keeps stepping through the 4-argumen
   const row = (await observer.query(`SELECT * FROM tidemark.watermark_step('old', true, 50, false)`)).rows[0];
   assert.equal(row.outcome, 'advanced');
   assert.equal(row.safe_seq, '1');
+});
+
+test('a step sends one NOTIFY per advancement, carrying safe_seq and visible when it arrives, and a failed step leaves its pooled connection outside any transaction', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const pool = db.pool({ max: 1 }); // every step, and the check below, on the same connection
+  const errors: unknown[] = [];
+  const wm = new Watermarker(pool, { lockTimeoutMs: 50, onError: (e) => errors.push(e) });
+  const listener = new pg.Client({ connectionString: db.url });
+  listener.on('error', () => undefined);
+  await listener.connect();
+  db.defer(() => listener.end());
+  const received: string[] = [];
+  listener.on('notification', (n) => received.push(n.payload ?? ''));
+  await listener.query('LISTEN tidemark_watermark');
+
+  await insertEvent(await db.session('writer 1'));
+  assert.equal((await wm.step()).outcome, 'advanced');
+  assert.equal((await wm.step()).outcome, 'idle');
+  await waitFor('the notification', async () => received.length > 0);
+  assert.equal((await listener.query(`SELECT safe_seq FROM tidemark.watermark`)).rows[0].safe_seq, '1', 'visible when it arrives');
+  await insertEvent(await db.session('writer 2'));
+  assert.equal((await wm.step()).outcome, 'advanced');
+  await waitFor('the second notification', async () => received.length > 1);
+  assert.deepEqual(received, ['1', '2'], 'one per advancement, carrying safe_seq; none for the idle step');
+
+  // The publishing UPDATE times out on a held watermark row: the step fails
+  // inside its transaction block; the connection is rolled back before reuse.
+  await insertEvent(await db.session('writer 3'));
+  const operator = await db.session('operator');
+  await operator.query('BEGIN');
+  await operator.query('SELECT * FROM tidemark.watermark FOR UPDATE');
+  assert.equal((await wm.step()).outcome, 'row_locked');
+  assert.equal((errors.at(-1) as { code?: string }).code, '55P03');
+  const state = await pool.query(`SELECT state FROM pg_stat_activity WHERE pid = pg_backend_pid()`);
+  assert.equal(state.rows[0].state, 'active', 'a plain query runs: not in an (aborted) transaction block');
+  assert.deepEqual(await fenceLocks(observer), []);
+  await operator.query('ROLLBACK');
+  assert.equal((await wm.step()).safeSeq, 3n);
+  await waitFor('the third notification', async () => received.length > 2);
+  assert.deepEqual(received, ['1', '2', '3']);
+  await wm.close();
 });

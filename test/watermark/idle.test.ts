@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { InvalidOptionsError, Watermarker, type WatermarkerOptions } from '../../src/index.js';
-import { closeAdmin, fenceLocks, insertEvent, testDb } from '../support/db.js';
+import { closeAdmin, fenceLocks, insertEvent, testDb, waitFor } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -52,6 +52,7 @@ test('invalid watermarker options are rejected at construction, naming the optio
     [{ lockTimeoutMs: Number.NaN }, 'lockTimeoutMs'],
     [{ fenceTryLimit: -1 }, 'fenceTryLimit'],
     [{ pollMinMs: 50, pollMaxMs: 10 }, 'pollMaxMs'],
+    [{ idleGraceMs: -1 }, 'idleGraceMs'],
     [{ heartbeatIntervalMs: -5 }, 'heartbeatIntervalMs'],
     [{ heartbeatTimeoutMs: 0 }, 'heartbeatTimeoutMs'],
     [{ synchronousCommit: 'yes' }, 'synchronousCommit'],
@@ -80,6 +81,9 @@ test('the resolved options are frozen and carry the defaults', async (t) => {
   assert.equal(wm.options.leaseTtlMs, 10_000);
   assert.equal(wm.options.leaseRenewMs, 3333);
   assert.equal(wm.options.synchronousCommit, false);
+  assert.equal(wm.options.lockTimeoutMs, 5);
+  assert.equal(wm.options.fenceTryLimit, 0);
+  assert.equal(wm.options.idleGraceMs, 1000);
   assert.match(wm.options.owner, /^.+:\d+:[0-9a-f]{8}$/);
 });
 
@@ -91,4 +95,23 @@ test('the watermarker refuses to step outside READ COMMITTED', async (t) => {
   await s.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
   await assert.rejects(s.query(`SELECT * FROM tidemark.watermark_step('x', true, 1000, true, 50)`), /must run in READ COMMITTED/);
   await s.query('ROLLBACK');
+});
+
+test('after a publication, idle steps keep the pollMinMs cadence for idleGraceMs instead of backing off', async (t) => {
+  const db = await testDb(t);
+  await insertEvent(await db.session('writer'));
+  const outcomes: string[] = [];
+  // Without the grace, idle waits double from 5 ms toward the one-hour cap:
+  // the 20th idle step would come about 5 * 2^20 ms (1.5 h) after the first.
+  const wm = new Watermarker(db.pool(), { pollMinMs: 5, pollMaxMs: 3_600_000, idleGraceMs: 3_600_000, observer: (p) => outcomes.push(p.outcome) });
+  const stop = new AbortController();
+  const running = wm.run(stop.signal);
+  try {
+    await waitFor('20 idle steps after the publication', async () => outcomes.filter((o) => o === 'idle').length >= 20);
+  } finally {
+    stop.abort();
+    await running;
+    await wm.close();
+  }
+  assert.equal(outcomes[0], 'advanced');
 });
