@@ -16,9 +16,11 @@ export interface WatermarkerOptions {
   /**
    * Bound on the first blocking wait for the exclusive fence (`lock_timeout`),
    * and on the publishing UPDATE's wait for the watermark row. Default 5:
-   * long enough for the writers holding the fence to commit, short enough
-   * that new writers queued behind the wait are held back at most this
-   * long (bench: `npx tidemark bench --only e2e-latency,writer-latency`).
+   * long enough for short writers holding the fence to commit. New writers
+   * queue behind a waiting step, so each wait can hold them back for up to
+   * its bound: this value at first, doubling (see `lockTimeoutMaxMs`) while
+   * waits time out behind longer writers (bench: `npx tidemark bench --only
+   * e2e-latency,writer-latency`).
    */
   lockTimeoutMs?: number;
   /**
@@ -42,8 +44,8 @@ export interface WatermarkerOptions {
    * not make every new writer queue again and again. 0 means a busy step
    * waits at once (after its own try-lock). Default 0: with writers
    * overlapping, a free instant is rare and waiting right away publishes
-   * sooner (commit -> handler p50 halved in the bench) at a cost to
-   * writers of at most `lockTimeoutMs` per step.
+   * sooner (commit -> handler p50 halved in the bench), at the cost of new
+   * writers queuing behind more waits (each up to its current bound).
    */
   fenceTryLimit?: number;
   /** Delay between steps while events flow. Default 5. */

@@ -112,15 +112,35 @@ export class Watermarker {
         // The step's NOTIFY rides in the same round trip (fencedStep).
         progress = this.fromRow(await this.fencedStep(blocking, priorSeq), blocking);
       } catch (err) {
-        if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
-        // Holding the fence, the publishing UPDATE waited longer than
-        // lockTimeoutMs for the watermark row: some session holds it (an
-        // operator's SELECT ... FOR UPDATE?). Nothing was published. The
-        // fence itself was granted, so this says nothing about writers:
-        // no escalation, and the next step starts with try-locks again.
-        this.report(err);
-        this.busyStreak = 0;
-        progress = this.progress('row_locked', priorSeq, null, blocking, false, 0, 0);
+        if (sqlState(err) === SQLSTATE.lockNotAvailable && insideStepFunction(err)) {
+          // Holding the fence, the publishing UPDATE waited longer than
+          // lockTimeoutMs for the watermark row: some session holds it (an
+          // operator's SELECT ... FOR UPDATE?). Nothing was published. The
+          // fence itself was granted, so this says nothing about writers:
+          // no escalation, and the next step starts with try-locks again.
+          this.report(err);
+          this.busyStreak = 0;
+          progress = this.progress('row_locked', priorSeq, null, blocking, false, 0, 0);
+        } else {
+          // The failure may have come after the COMMIT (the NOTIFY, or the
+          // connection dying in between): a publication must not be hidden.
+          const published = await this.readSafeSeq().catch(() => null);
+          if (published === null || published <= priorSeq) throw err;
+          this.report(err);
+          progress = this.fromRow(
+            {
+              outcome: 'advanced',
+              safe_seq: published.toString(),
+              prior_seq: priorSeq.toString(),
+              max_seq: published.toString(),
+              wait_us: 0,
+              hold_us: 0,
+              lease_owner: this.leaseOwner,
+              lease_expires_at: this.leaseExpiresAt,
+            },
+            blocking,
+          );
+        }
       }
     }
 
@@ -186,14 +206,18 @@ export class Watermarker {
     client.on('error', ignore);
     let broken: Error | undefined;
     try {
+      // On a connection returned to the pool inside a transaction, BEGIN only
+      // warns; the check fails the step (all statements of one message share
+      // statement_timestamp, a fresh transaction starts at it), so that
+      // transaction is rolled back below instead of committed with the step.
       const text =
-        `BEGIN ISOLATION LEVEL READ COMMITTED; ` +
+        `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; ${OPEN_TRANSACTION_CHECK}; ` +
         `SELECT * FROM ${this.sql.stepFunction}(${client.escapeLiteral(o.owner)}, ${blocking}, ${Math.trunc(this.waitMs)}, ${o.synchronousCommit}, ${o.lockTimeoutMs}); ` +
         `COMMIT; ` +
         `SELECT pg_catalog.pg_notify(${client.escapeLiteral(notifyChannel(o.schema))}, w.safe_seq::text) ` +
         `FROM ${this.sql.watermarkTable} w WHERE w.safe_seq > ${priorSeq.toString()}`;
       const results = (await client.query(text)) as unknown as pg.QueryResult<StepRow>[];
-      return results[1]!.rows[0]!;
+      return results[2]!.rows[0]!; // BEGIN, check, step, COMMIT, NOTIFY
     } catch (err) {
       await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken = rollbackErr));
       throw err;
@@ -201,6 +225,11 @@ export class Watermarker {
       client.off('error', ignore);
       client.release(broken);
     }
+  }
+
+  private async readSafeSeq(): Promise<bigint> {
+    const r = await this.pool.query<{ safe_seq: string }>(`SELECT safe_seq FROM ${this.sql.watermarkTable}`);
+    return BigInt(r.rows[0]!.safe_seq);
   }
 
   private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
@@ -301,4 +330,15 @@ export class Watermarker {
   private report(err: unknown): void {
     reportError(this.options.onError, err);
   }
+}
+
+const OPEN_TRANSACTION_CHECK =
+  `DO $$ BEGIN IF pg_catalog.transaction_timestamp() <> pg_catalog.statement_timestamp() THEN ` +
+  `RAISE EXCEPTION 'tidemark watermarker: its pooled connection was inside a transaction already; rolling it back' USING ERRCODE = '25001'; ` +
+  `END IF; END $$`;
+
+/** True when a PostgreSQL error was raised inside watermark_step (its context names the function). */
+function insideStepFunction(err: unknown): boolean {
+  const where = (err as { where?: unknown }).where;
+  return typeof where === 'string' && where.includes('watermark_step');
 }

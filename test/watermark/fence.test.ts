@@ -9,6 +9,7 @@ import {
   safeSeq,
   testDb,
   waitFor,
+  waitForBlockedStatement,
   waitForExclusiveWaiter,
   waitUntilWaiting,
 } from '../support/db.js';
@@ -333,5 +334,70 @@ test('a step sends one NOTIFY per advancement, carrying safe_seq and visible whe
   assert.equal((await wm.step()).safeSeq, 3n);
   await waitFor('the third notification', async () => received.length > 2);
   assert.deepEqual(received, ['1', '2', '3']);
+  await wm.close();
+});
+
+test('a step on a pooled connection left inside a transaction rolls that transaction back instead of committing it', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  await observer.query('CREATE TABLE app_work (id int)');
+  const pool = db.pool({ max: 1 });
+  const errors: unknown[] = [];
+  const wm = new Watermarker(pool, { onError: (e) => errors.push(e) });
+  await insertEvent(await db.session('writer'));
+  const leaker = await pool.connect();
+  await leaker.query('BEGIN');
+  await leaker.query('INSERT INTO app_work VALUES (1)');
+  leaker.release(); // a bug in some other user of the pool: back inside its transaction
+
+  await assert.rejects(wm.step(), { code: '25001' });
+  assert.equal((await observer.query('SELECT count(*)::int AS n FROM app_work')).rows[0].n, 0, 'the leaked work was not committed');
+  assert.deepEqual(await fenceLocks(observer), []);
+  // The lease taken inside the leaked transaction was rolled back with it:
+  // the next step learns it is not the leader, the one after takes the lease.
+  assert.equal((await wm.step()).outcome, 'not_leader');
+  const next = await wm.step();
+  assert.equal(next.outcome, 'advanced');
+  assert.equal(next.safeSeq, 1n);
+  assert.equal((await observer.query('SELECT count(*)::int AS n FROM app_work')).rows[0].n, 0);
+  await wm.close();
+});
+
+test('a step whose NOTIFY fails after the commit still reports the publication', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  // The watermarker's sessions wait at most 300 ms for an ordinary lock; its step sets its own bounds.
+  const pool = db.pool({ max: 1, options: '-c lock_timeout=300' });
+  const errors: unknown[] = [];
+  const seen: WatermarkProgress[] = [];
+  const wm = new Watermarker(pool, { lockTimeoutMs: 60_000, onError: (e) => errors.push(e), observer: (p) => seen.push(p) });
+  await insertEvent(await db.session('writer 1'));
+  assert.equal((await wm.step()).safeSeq, 1n);
+
+  // Writer 2 holds seq 2 open, seq 3 commits; the step waits for the fence.
+  const w2 = await db.session('writer 2');
+  await w2.query('BEGIN');
+  assert.equal(await insertEvent(w2), 2n);
+  assert.equal(await insertEvent(await db.session('writer 3')), 3n);
+  const stepping = wm.step();
+  await waitForExclusiveWaiter(observer);
+  // An operator's LOCK TABLE queues behind the step's own lock on the watermark row's table...
+  const operator = await db.session('operator');
+  await operator.query('BEGIN');
+  const locking = operator.query('LOCK TABLE tidemark.watermark IN ACCESS EXCLUSIVE MODE');
+  await waitUntilWaiting(observer, operator.pid);
+  // ...and is granted when the fenced transaction commits, so the NOTIFY that
+  // reads the table after the commit times out.
+  await w2.query('COMMIT');
+  await locking;
+  // The NOTIFY timed out; the step now asks what was published, and waits for the operator.
+  await waitForBlockedStatement(observer, 'SELECT safe_seq FROM');
+  await operator.query('ROLLBACK');
+  const progress = await stepping;
+  assert.equal(progress.outcome, 'advanced');
+  assert.equal(progress.safeSeq, 3n);
+  assert.equal(seen.at(-1)?.safeSeq, 3n, 'the observer saw it');
+  assert.equal((errors.at(-1) as { code?: string }).code, '55P03', 'the NOTIFY failure is reported');
+  assert.equal(await safeSeq(observer), 3n);
   await wm.close();
 });
