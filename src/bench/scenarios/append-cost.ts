@@ -34,7 +34,7 @@ async function plainWriter(url: string, insert: PlainInsert): Promise<Writer> {
 export async function appendCost(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const windowMs = ctx.pick(400, 2000);
-  const rounds = ctx.pick(1, 2);
+  const rounds = 1;
   const measured = ctx.contenders.filter((c) => !SAME_WRITER_AS[c.id] || !ctx.contenders.some((o) => o.id === SAME_WRITER_AS[c.id]));
   const rows: (string | number)[][] = [];
   const goals: Goal[] = [];

@@ -60,8 +60,8 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
             for (const [id] of report.commits) if (!received.has(id)) left += 1;
             return { done: left === 0, progress: left };
           },
-          ctx.pick(1500, 4000),
-          ctx.pick(4000, 20000),
+          ctx.pick(1500, 3000),
+          ctx.pick(4000, 10000),
         );
         const h = new Histogram();
         let undelivered = 0;
