@@ -33,6 +33,12 @@ export interface BenchReport {
   elapsedMs: number;
 }
 
+/** A ratio for a goal's figure: three decimals, or four when three would round it across the target. */
+export function ratioText(value: number, target: number): string {
+  const short = value.toFixed(3);
+  return (Number(short) >= target) === (value >= target) ? short : value.toFixed(4);
+}
+
 export function fmt(value: number | null | undefined, digits = 2): string {
   if (value === null || value === undefined || Number.isNaN(value)) return '-';
   if (!Number.isFinite(value)) return '∞';

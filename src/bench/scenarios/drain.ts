@@ -2,7 +2,7 @@ import { StreamClient } from '../../consumer/stream-client.js';
 import { Watermarker } from '../../watermark/watermarker.js';
 import { benchPool } from '../db.js';
 import type { BenchContext } from '../context.js';
-import type { Goal, ScenarioResult } from '../report.js';
+import { ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { tidemarkContender } from '../contenders/tidemark.js';
 
 const BATCHES = [100, 1000, 5000];
@@ -85,7 +85,7 @@ export async function backlogDrain(ctx: BenchContext): Promise<ScenarioResult> {
       const perSec = (x: { events: number; ms: number }) => (x.events / x.ms) * 1000;
       const ratio = perSec(rate.tidemark) / perSec(rate.raw);
       rows.push([batch, perSec(rate.tidemark), perSec(rate.raw), ratio]);
-      goals.push({ goal: `backlog drain: tidemark / raw paging at batch ${batch.toLocaleString('en-US')}`, target: '>= 0.8', measured: ratio.toFixed(3), met: ratio >= 0.8 });
+      goals.push({ goal: `backlog drain: tidemark / raw paging at batch ${batch.toLocaleString('en-US')}`, target: '>= 0.8', measured: ratioText(ratio, 0.8), met: ratio >= 0.8 });
     }
   } finally {
     await pool.end();

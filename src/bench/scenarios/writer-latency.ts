@@ -5,7 +5,7 @@ import { benchPool } from '../db.js';
 import type { BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { runLoad } from '../load.js';
-import type { Goal, ScenarioResult } from '../report.js';
+import { ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { spawnWorker } from '../worker.js';
 import { tidemarkContender } from '../contenders/tidemark.js';
 import { REFERENCE_SAFE_TABLE, WATERMARKER_APP } from './watermarkers.js';
@@ -123,13 +123,13 @@ export async function writerLatency(ctx: BenchContext): Promise<ScenarioResult> 
     {
       goal: 'writer latency: p99 with tidemark watermarker at defaults / none',
       target: '<= 1.15',
-      measured: (p99('defaults') / none.p99).toFixed(3),
+      measured: ratioText(p99('defaults') / none.p99, 1.15),
       met: p99('defaults') / none.p99 <= 1.15,
     },
     {
       goal: 'writer latency: p99 tidemark / reference-style, both at 10 ms',
       target: '<= 0.75',
-      measured: (p99('tidemark10') / p99('reference10')).toFixed(3),
+      measured: ratioText(p99('tidemark10') / p99('reference10'), 0.75),
       met: p99('tidemark10') / p99('reference10') <= 0.75,
     },
     {
