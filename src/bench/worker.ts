@@ -30,6 +30,7 @@ async function main(argv: string[]): Promise<void> {
   if (mode === 'consume') {
     const [id, url, cursor, batch] = rest as [string, string, string, string];
     const contender = contenderById(id);
+    process.send?.({ type: 'ready' });
     await contender.consume(url, (tx, events) => recordDelivered(tx, cursor, events), {
       name: cursor,
       batchSize: Number(batch),
