@@ -1,4 +1,6 @@
-import type { BenchServer } from './db.js';
+import type pg from 'pg';
+import { installChecker } from './checker.js';
+import { benchPool, type BenchServer } from './db.js';
 import type { Progress } from './progress.js';
 import type { Contender } from './contenders/types.js';
 
@@ -36,4 +38,18 @@ export async function settle(read: () => Promise<{ done: boolean; progress: numb
     if (performance.now() - changed > quietMs || performance.now() - start > maxMs) return false;
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** A fresh database with the contender's schema and the gap checker's tables; the pool is ended if installing fails. */
+export async function installedDatabase(server: BenchServer, contender: Contender, name: string): Promise<{ url: string; pool: pg.Pool }> {
+  const url = await server.freshDatabase(name);
+  const pool = benchPool(url, 2);
+  try {
+    await contender.install(pool);
+    await installChecker(pool);
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
+  return { url, pool };
 }

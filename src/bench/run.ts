@@ -1,9 +1,8 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
-import { installChecker } from './checker.js';
-import { inWaves, type BenchContext } from './context.js';
-import { BenchServer, benchPool } from './db.js';
+import { inWaves, installedDatabase, type BenchContext } from './context.js';
+import { BenchServer } from './db.js';
 import { Progress } from './progress.js';
 import { renderMarkdown, type BenchReport, type ScenarioResult } from './report.js';
 import { allContenders } from './contenders/index.js';
@@ -56,14 +55,8 @@ async function preflight(server: BenchServer, contenders: Contender[]): Promise<
   const unavailable = new Map<string, string>();
   await inWaves(contenders, 4, async (c) => {
     try {
-      const url = await server.freshDatabase(`preflight_${c.id}`);
-      const pool = benchPool(url, 2);
-      try {
-        await c.install(pool);
-        await installChecker(pool);
-      } finally {
-        await pool.end();
-      }
+      const { pool } = await installedDatabase(server, c, `preflight_${c.id}`);
+      await pool.end();
     } catch (err) {
       unavailable.set(c.id, (err as Error).message);
     }

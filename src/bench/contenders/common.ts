@@ -2,7 +2,7 @@ import pg from 'pg';
 import { sleep } from '../../db/acquire.js';
 import { recordCommitted } from '../checker.js';
 import { benchPool } from '../db.js';
-import type { BatchHandler, BenchEvent, BenchTx, ConsumeOptions, WriteOptions, Writer } from './types.js';
+import { ContenderUnavailable, type BatchHandler, type BenchEvent, type ConsumeOptions, type WriteOptions, type Writer } from './types.js';
 
 /** Consumers that poll sleep this long after a short page. */
 export const POLL_MS = 5;
@@ -12,8 +12,16 @@ export async function pause(ms: number, signal?: AbortSignal): Promise<void> {
   await sleep(ms, signal).catch(() => undefined);
 }
 
-/** Thrown inside a writer transaction to roll it back on purpose. */
-export class IntendedRollback extends Error {}
+/** Imports an npm peer (a dev dependency) at run time, untyped on purpose, or says how to install it. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function loadPeer(name: string, version: string): Promise<any> {
+  try {
+    const mod = await import(name);
+    return mod.default ?? mod;
+  } catch {
+    throw new ContenderUnavailable(`${name} is not installed (npm install --save-dev ${name}@${version})`);
+  }
+}
 
 /**
  * A writer on one pg.Client: BEGIN, `insert`, the ground-truth record, the
@@ -96,8 +104,3 @@ export async function cursorLoop(
 
 /** The cursor table the re-implemented strategies share. */
 export const CURSOR_TABLE = `CREATE TABLE IF NOT EXISTS bench_cursors (name text PRIMARY KEY, a bigint NOT NULL, b bigint NOT NULL)`;
-
-/** Wraps a BenchTx-shaped pg client for handlers. */
-export function asTx(client: { query(text: string, values?: unknown[]): Promise<unknown> }): BenchTx {
-  return client;
-}

@@ -1,19 +1,10 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- the package is loaded at run time, untyped on purpose */
 import { recordCommitted } from '../checker.js';
-import { pause } from './common.js';
-import { ContenderUnavailable, type BenchEvent, type Contender, type WriteOptions } from './types.js';
+import { loadPeer, pause } from './common.js';
+import type { BenchEvent, Contender, WriteOptions } from './types.js';
 
-const PACKAGE = '@event-driven-io/emmett-postgresql';
 const TYPE = 'BenchEvent';
-
-async function load(): Promise<any> {
-  const specifier: string = PACKAGE;
-  try {
-    return await import(specifier);
-  } catch {
-    throw new ContenderUnavailable(`${PACKAGE} is not installed (npm install --save-dev ${PACKAGE}@0.42.0)`);
-  }
-}
+const load = () => loadPeer('@event-driven-io/emmett-postgresql', '0.42.0');
 
 /** Per-append instructions for the inline projection, keyed by the first event's id. */
 const pending = new Map<number, WriteOptions>();

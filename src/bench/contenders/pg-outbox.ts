@@ -1,19 +1,9 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- the package is loaded at run time, untyped on purpose */
 import { randomUUID } from 'node:crypto';
-import { clientWriter, pause } from './common.js';
-import { ContenderUnavailable, type Contender } from './types.js';
+import { clientWriter, loadPeer, pause } from './common.js';
+import type { Contender } from './types.js';
 
-const PACKAGE = 'pg-transactional-outbox';
-
-async function load(): Promise<any> {
-  const specifier: string = PACKAGE;
-  try {
-    const mod = await import(specifier);
-    return mod.default ?? mod;
-  } catch {
-    throw new ContenderUnavailable(`${PACKAGE} is not installed (npm install --save-dev ${PACKAGE}@0.5.7)`);
-  }
-}
+const load = () => loadPeer('pg-transactional-outbox', '0.5.7');
 
 const SETUP = {
   outboxOrInbox: 'outbox',

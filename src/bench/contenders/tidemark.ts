@@ -5,7 +5,7 @@ import { migrate } from '../../schema/migrate.js';
 import { Watermarker } from '../../watermark/watermarker.js';
 import type { WatermarkerOptions } from '../../watermark/options.js';
 import { benchPool } from '../db.js';
-import { clientWriter } from './common.js';
+import { clientWriter, pause } from './common.js';
 import type { BenchEvent, Contender, PlainInsert } from './types.js';
 
 const STREAM = 'bench';
@@ -76,9 +76,7 @@ export function tidemarkContender(watermarker: WatermarkerOptions = {}): Contend
         while (!options.signal.aborted) {
           await client
             .tail(options.name, STREAM, (e, tx) => handler(tx, [{ id: Number(e.payload.id), key: e.key }]), { signal: options.signal })
-            .catch(async () => {
-              if (!options.signal.aborted) await new Promise((r) => setTimeout(r, 100));
-            });
+            .catch(() => pause(100, options.signal));
         }
       } finally {
         await client.close();

@@ -1,27 +1,12 @@
-import pg from 'pg';
 import { benchPool } from '../db.js';
 import type { BenchContext } from '../context.js';
 import { runLoad } from '../load.js';
 import { ratioText, type Goal, type ScenarioResult } from '../report.js';
-import type { PlainInsert, Writer } from '../contenders/types.js';
+import { clientWriter } from '../contenders/common.js';
 
 const SIZES = [1, 100];
 /** Contenders whose writer path is the same as another's (the shared baseline table) are measured once. */
 const SAME_WRITER_AS: Record<string, string> = { 'xid-position': 'naive', 'xid-compound': 'naive' };
-
-async function plainWriter(url: string, insert: PlainInsert): Promise<Writer> {
-  const client = new pg.Client({ connectionString: url, application_name: 'tidemark-bench-plain' });
-  client.on('error', () => undefined);
-  await client.connect();
-  return {
-    async write(events) {
-      await client.query('BEGIN');
-      await insert(client, events);
-      await client.query('COMMIT');
-    },
-    close: () => client.end(),
-  };
-}
 
 /**
  * Writer-path throughput: 8 connections back to back, 1 or 100 events per
@@ -56,7 +41,7 @@ export async function appendCost(ctx: BenchContext): Promise<ScenarioResult> {
               writers: 8,
               durationMs: windowMs,
               eventsPerTx: () => size,
-              writer: side === 'plain' ? (u) => plainWriter(u, plain) : undefined,
+              writer: side === 'plain' ? (u) => clientWriter(u, plain) : undefined,
             });
             totals[side].events += result.committedEvents;
             totals[side].ms += result.elapsedMs;

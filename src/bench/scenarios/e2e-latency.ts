@@ -1,7 +1,5 @@
 import { once } from 'node:events';
-import { installChecker } from '../checker.js';
-import { benchPool } from '../db.js';
-import { settle, type BenchContext } from '../context.js';
+import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';
 import type { Goal, ScenarioResult } from '../report.js';
@@ -30,10 +28,7 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
   const goals: Goal[] = [];
   const notes: string[] = [];
   for (const contender of ctx.contenders) {
-    const url = await ctx.server.freshDatabase(`e2e_${contender.id}`);
-    const pool = benchPool(url, 2);
-    await contender.install(pool);
-    await installChecker(pool);
+    const { url, pool } = await installedDatabase(ctx.server, contender, `e2e_${contender.id}`);
     const services = await contender.services?.(url);
     const received = new Map<number, number>();
     const stop = new AbortController();

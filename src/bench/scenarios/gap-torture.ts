@@ -1,7 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
-import { check, committedCount, deliveredCount, installChecker, type Verdict } from '../checker.js';
-import { benchPool } from '../db.js';
-import { inWaves, settle, type BenchContext } from '../context.js';
+import { check, committedCount, deliveredCount, type Verdict } from '../checker.js';
+import { inWaves, installedDatabase, settle, type BenchContext } from '../context.js';
 import { runLoad } from '../load.js';
 import type { ScenarioResult } from '../report.js';
 import { spawnWorker } from '../worker.js';
@@ -25,16 +24,11 @@ interface Row {
  * what committed with what its cursor delivered.
  */
 async function torture(ctx: BenchContext, contender: Contender): Promise<Row> {
-  const url = await ctx.server.freshDatabase(`gap_${contender.id}`);
-  const pool = benchPool(url, 2);
+  const { url, pool } = await installedDatabase(ctx.server, contender, `gap_${contender.id}`);
   let consumer: ChildProcess | undefined;
   let kills = 0;
   const stopKilling = new AbortController();
-  const services = await (async () => {
-    await contender.install(pool);
-    await installChecker(pool);
-    return contender.services?.(url);
-  })();
+  const services = await contender.services?.(url);
   // Resolves once the new consumer process is up (or gone): a process
   // starts slowly on a loaded machine, and is only killed once it runs.
   let ready: Promise<void> = Promise.resolve();

@@ -1,7 +1,6 @@
 import pg from 'pg';
-import { installChecker, recordDelivered } from '../checker.js';
-import { benchPool } from '../db.js';
-import { settle, type BenchContext } from '../context.js';
+import { recordDelivered } from '../checker.js';
+import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs, runLoad } from '../load.js';
 import type { ScenarioResult } from '../report.js';
@@ -48,10 +47,7 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
 
   const probes: Probe[] = [];
   for (const contender of ctx.contenders) {
-    const url = await ctx.server.freshDatabase(`stall_${contender.id}`);
-    const pool = benchPool(url, 2);
-    await contender.install(pool);
-    await installChecker(pool);
+    const { url, pool } = await installedDatabase(ctx.server, contender, `stall_${contender.id}`);
     const probe: Probe = {
       contender,
       url,
