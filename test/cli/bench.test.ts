@@ -52,7 +52,7 @@ test('bench --quick: every scenario runs every contender, and tidemark shows no 
   assert.match(r.stdout, /Results: .*quick\.json/);
 });
 
-test('bench refuses an unknown scenario or contender before it connects, and writes nothing', async (t) => {
+test('bench refuses an unknown scenario or contender, or an unwritable --out, before it connects, and writes nothing', async (t) => {
   const out = await mkdtemp(join(tmpdir(), 'tidemark-bench-'));
   t.after(() => rm(out, { recursive: true, force: true }));
   for (const args of [['--only', 'gap-torture,nope'], ['--contenders', 'tidemark,kafka'], ['--only', '']]) {
@@ -61,4 +61,7 @@ test('bench refuses an unknown scenario or contender before it connects, and wri
     assert.match(r.stderr, /^tidemark: --(only|contenders): /m);
   }
   assert.deepEqual(await readdir(out), []);
+  const r = await cli(['bench', '--quick', '--out', '/dev/null/results'], { env: { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' } });
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /^tidemark: --out: cannot write results to "\/dev\/null\/results"/m);
 });

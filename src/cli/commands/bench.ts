@@ -1,3 +1,4 @@
+import { access, constants, mkdir } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { CONTENDER_IDS, SCENARIOS, runBench } from '../../bench/run.js';
 import { goalsTable, markdownTable } from '../../bench/report.js';
@@ -30,6 +31,14 @@ function list(text: string | undefined, known: string[], flag: string): string[]
 export async function benchCommand(options: BenchCommandOptions): Promise<number> {
   const only = list(options.only, Object.keys(SCENARIOS), '--only');
   const contenders = list(options.contenders, CONTENDER_IDS, '--contenders');
+  const outDir = resolve(options.out);
+  // Checked before the run, not after ten minutes of it.
+  try {
+    await mkdir(outDir, { recursive: true });
+    await access(outDir, constants.W_OK);
+  } catch (err) {
+    throw new CliError(`--out: cannot write results to ${JSON.stringify(outDir)}: ${(err as Error).message}`);
+  }
   const db = await openDatabase(options, 1);
   try {
     const { report, json, markdown } = await runBench({
@@ -37,7 +46,7 @@ export async function benchCommand(options: BenchCommandOptions): Promise<number
       quick: options.quick ?? false,
       only,
       contenders,
-      outDir: resolve(options.out),
+      outDir,
       command: `npx tidemark bench ${process.argv.slice(3).join(' ')}`.trim(),
       progress: options.progress,
     });
