@@ -117,7 +117,7 @@ export class Watermarker {
           // lockTimeoutMs for the watermark row: some session holds it (an
           // operator's SELECT ... FOR UPDATE?). Nothing was published. The
           // fence itself was granted, so this says nothing about writers:
-          // no escalation, and the next step starts with try-locks again.
+          // no escalation, and the next step starts afresh (busyStreak 0).
           this.report(err);
           this.busyStreak = 0;
           progress = this.progress('row_locked', priorSeq, null, blocking, false, 0, 0);
