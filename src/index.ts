@@ -9,7 +9,15 @@ export type { AppendOptions, NewEvent, JsonObject } from './outbox/append.js';
 export { Watermarker } from './watermark/watermarker.js';
 export type { StepOptions } from './watermark/watermarker.js';
 export type { WatermarkerOptions, ResolvedWatermarkerOptions } from './watermark/options.js';
-export type { WatermarkProgress, StepOutcome, HeartbeatOutcome } from './watermark/progress.js';
+export type {
+  WatermarkProgress,
+  WatermarkRunSummary,
+  WatermarkerEvent,
+  StepOutcome,
+  HolderPath,
+  RunEndReason,
+  HeartbeatOutcome,
+} from './watermark/progress.js';
 export { StreamClient } from './consumer/stream-client.js';
 export type { TailOptions, DrainOptions, DrainResult } from './consumer/stream-client.js';
 export type { StreamClientOptions, ResolvedStreamClientOptions } from './consumer/options.js';
@@ -22,7 +30,7 @@ export type { PrunerOptions, ResolvedPrunerOptions } from './retention/options.j
 export { createMetrics } from './observability/metrics.js';
 export type { MetricsOptions, TidemarkMetrics } from './observability/metrics.js';
 export { readStatus } from './observability/status.js';
-export type { TidemarkStatus, ReadStatusOptions } from './observability/status.js';
+export type { TidemarkStatus, ReadStatusOptions, BlockingWriter } from './observability/status.js';
 export { createPool } from './db/pool.js';
 export type { CreatePoolOptions } from './db/pool.js';
 export { DEFAULT_SCHEMA, fenceKey, notifyChannel } from './db/queryable.js';

@@ -37,18 +37,18 @@ export class Histogram {
   private sum = 0;
   private maxUs = 0;
 
-  /** Records one value in milliseconds. */
-  recordMs(ms: number): void {
-    this.recordUs(ms * 1000);
+  /** Records a value in milliseconds (`times` times). */
+  recordMs(ms: number, times = 1): void {
+    this.recordUs(ms * 1000, times);
   }
 
-  recordUs(us: number): void {
-    if (!Number.isFinite(us)) return;
+  recordUs(us: number, times = 1): void {
+    if (!Number.isFinite(us) || times <= 0) return;
     const v = Math.max(0, us);
     const b = bucketOf(v);
-    this.counts.set(b, (this.counts.get(b) ?? 0) + 1);
-    this.count += 1;
-    this.sum += v;
+    this.counts.set(b, (this.counts.get(b) ?? 0) + times);
+    this.count += times;
+    this.sum += v * times;
     if (v > this.maxUs) this.maxUs = v;
   }
 

@@ -20,6 +20,25 @@ import { checkGlobals, type GlobalOptions } from './context.js';
 import { CliError } from './cli-error.js';
 import { DEFAULT_SCHEMA } from '../db/queryable.js';
 
+/** Flags of earlier versions: parsed only to be refused, with the reason they went away. */
+const REMOVED_FLAGS: [flags: string, why: string][] = [
+  ['--lock-timeout <duration>', 'the watermark step no longer waits for the fence; it observes the writers in flight instead (docs/PROTOCOL.md §3)'],
+  ['--lock-timeout-max <duration>', 'the watermark step no longer waits for the fence, so there is no wait to escalate (docs/PROTOCOL.md §3)'],
+  ['--fence-try-limit <n>', 'the watermark step no longer takes the exclusive fence, so there are no try-lock misses to count (docs/PROTOCOL.md §3)'],
+];
+
+function refuseRemovedFlags(command: Command): Command {
+  for (const [flags, why] of REMOVED_FLAGS) {
+    const name = flags.split(' ')[0]!;
+    command.addOption(
+      new Option(flags).hideHelp().argParser(() => {
+        throw new CliError(`${name} was removed: ${why}`);
+      }),
+    );
+  }
+  return command;
+}
+
 function program(setExit: (code: number) => void): Command {
   const root = new Command('tidemark')
     .description('Gap-free transactional outbox and change stream for PostgreSQL')
@@ -48,8 +67,7 @@ function program(setExit: (code: number) => void): Command {
     .addHelpText('after', examples(['npx tidemark migrate', 'DATABASE_URL=postgres://localhost/app npx tidemark migrate --dry-run']))
     .action(action(migrateCommand));
 
-  root
-    .command('serve')
+  refuseRemovedFlags(root.command('serve'))
     .description('run the daemon: the leased watermarker and/or the pruner, with /healthz and /metrics')
     .option('--roles <list>', 'comma-separated: watermarker, pruner', 'watermarker,pruner')
     .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
@@ -82,8 +100,7 @@ function program(setExit: (code: number) => void): Command {
     )
     .action(action(appendCommand));
 
-  root
-    .command('watermark')
+  refuseRemovedFlags(root.command('watermark'))
     .description('run one watermark step')
     .option('--once', 'one step, then release the lease')
     .option('--json', 'print the progress as JSON')

@@ -33,7 +33,8 @@ export async function cancellableQuery(
   }
 }
 
-async function cancelBackend(pool: pg.Pool, pid: number): Promise<void> {
+/** Cancels backend `pid`'s statement (pg_cancel_backend over a fresh connection); best effort, never throws. */
+export async function cancelBackend(pool: pg.Pool, pid: number): Promise<void> {
   const options = (pool as unknown as { options: pg.ClientConfig }).options;
   const client = new pg.Client({ ...options, application_name: 'tidemark-cancel' });
   client.on('error', () => undefined);

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ConsumerEvent } from '../consumer/events.js';
 import type { PruneResult } from '../retention/pruner.js';
-import type { WatermarkProgress } from '../watermark/progress.js';
+import { stepBucketMs, type WatermarkerEvent } from '../watermark/progress.js';
 import { readStatus } from './status.js';
 
 /** Options for {@link createMetrics}. */
@@ -22,7 +22,7 @@ export interface TidemarkMetrics {
   /** The prom-client registry: serve `await registry.metrics()` with `registry.contentType`. */
   registry: Registry;
   /** Pass as `Watermarker` option `observer`. */
-  watermarkObserver: (progress: WatermarkProgress) => void;
+  watermarkObserver: (event: WatermarkerEvent) => void;
   /** Pass as `Watermarker` option `onError`. */
   watermarkError: (err: unknown) => void;
   /** Pass as `Pruner` option `observer`. */
@@ -31,7 +31,7 @@ export interface TidemarkMetrics {
   consumerObserver: (event: ConsumerEvent) => void;
 }
 
-const FENCE_BUCKETS = [0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+const STEP_BUCKETS = [0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
 
 /**
  * Creates tidemark's Prometheus metrics. Counters and histograms are fed by
@@ -61,12 +61,19 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const cursorLag = new Gauge({ name: 'tidemark_consumer_lag_events', help: 'Events at or below safe_seq not yet delivered.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const resyncs = new Gauge({ name: 'tidemark_consumer_resyncs', help: 'Resyncs recorded on the cursor.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const up = new Gauge({ name: 'tidemark_database_up', help: '1 when the last scrape could read the database.', registers, collect: () => refresh() });
+  const blocking = new Gauge({ name: 'tidemark_watermark_blocking_writers', help: 'Writers in flight that safe_seq waits for.', registers, collect: () => refresh() });
+  const blockerAge = new Gauge({
+    name: 'tidemark_watermark_oldest_blocker_seconds',
+    help: 'Transaction age of the oldest writer safe_seq waits for (0 when none).',
+    registers,
+    collect: () => refresh(),
+  });
 
   const steps = new Counter({ name: 'tidemark_watermark_steps_total', help: 'Watermark steps by outcome.', labelNames: ['outcome'], registers });
   const stepErrors = new Counter({ name: 'tidemark_watermark_step_errors_total', help: 'Steps, heartbeats or notifies that failed.', registers });
-  const fenceTimeouts = new Counter({ name: 'tidemark_fence_timeouts_total', help: 'Bounded fence waits that timed out.', labelNames: ['role'], registers });
-  const fenceWait = new Histogram({ name: 'tidemark_fence_wait_seconds', help: 'Wait for the exclusive fence, measured on the server.', labelNames: ['role'], buckets: FENCE_BUCKETS, registers });
-  const fenceHold = new Histogram({ name: 'tidemark_fence_hold_seconds', help: 'Exclusive fence hold (grant to publication), measured on the server.', labelNames: ['role'], buckets: FENCE_BUCKETS, registers });
+  const stepSeconds = new Histogram({ name: 'tidemark_watermark_step_seconds', help: 'Watermark step time (to its COMMIT), measured on the server.', buckets: STEP_BUCKETS, registers });
+  const holderReads = new Counter({ name: 'tidemark_watermark_holder_reads_total', help: 'How steps learned the writers in flight: path try_lock or pg_locks.', labelNames: ['path'], registers });
+  const retries = new Counter({ name: 'tidemark_watermarker_retries_total', help: 'Failed runs of the watermark loop, each retried after a back-off.', registers });
   const leader = new Gauge({ name: 'tidemark_watermarker_leader', help: '1 while this process holds the watermarker lease.', registers });
   const pruned = new Counter({ name: 'tidemark_pruned_events_total', help: 'Events deleted by retention in this process.', registers });
   const delivered = new Counter({ name: 'tidemark_delivered_events_total', help: 'Events delivered by this process.', labelNames: ['consumer', 'stream'], registers });
@@ -84,6 +91,8 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
         lagEvents.set(Number(status.lagEvents));
         lagSeconds.set(status.lagSeconds);
         leaseLive.set(status.lease.live ? 1 : 0);
+        blocking.set(status.blockingWriters.length);
+        blockerAge.set(Math.max(0, ...status.blockingWriters.map((b) => b.ageSeconds ?? 0)));
         horizon.reset();
         for (const h of status.streams) horizon.set({ stream: h.stream }, Number(h.prunedThroughSeq));
         cursorSeq.reset();
@@ -103,12 +112,26 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
 
   return {
     registry,
-    watermarkObserver(progress) {
-      steps.inc({ outcome: progress.outcome });
-      leader.set(progress.leader ? 1 : 0);
-      if (progress.fenceTimedOut) fenceTimeouts.inc({ role: 'watermarker' });
-      if (progress.outcome === 'advanced' || progress.fenceTimedOut) fenceWait.observe({ role: 'watermarker' }, progress.fenceWaitMs / 1000);
-      if (progress.outcome === 'advanced') fenceHold.observe({ role: 'watermarker' }, progress.fenceHoldMs / 1000);
+    watermarkObserver(event) {
+      if (event.type === 'step') {
+        const p = event.progress;
+        steps.inc({ outcome: p.outcome });
+        leader.set(p.leader ? 1 : 0);
+        if (p.holderPath) holderReads.inc({ path: p.holderPath });
+        if (p.outcome !== 'not_leader') stepSeconds.observe(p.stepMs / 1000);
+      } else if (event.type === 'run') {
+        const r = event.summary;
+        leader.set(r.leader ? 1 : 0);
+        const outcomes = { advanced: r.advanced, pending: r.pending, idle: r.idle, row_locked: r.rowLocked };
+        for (const [outcome, n] of Object.entries(outcomes)) if (n > 0) steps.inc({ outcome }, n);
+        if (r.tryLockReads > 0) holderReads.inc({ path: 'try_lock' }, r.tryLockReads);
+        if (r.pgLocksReads > 0) holderReads.inc({ path: 'pg_locks' }, r.pgLocksReads);
+        // The run reports log buckets; each step is counted at its bucket's middle.
+        for (const [i, n] of r.stepHistogram.entries()) for (let k = 0; k < n; k += 1) stepSeconds.observe(stepBucketMs(i) / 1000);
+      } else {
+        leader.set(0);
+        retries.inc();
+      }
     },
     watermarkError() {
       stepErrors.inc();

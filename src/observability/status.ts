@@ -17,6 +17,12 @@ export interface TidemarkStatus {
   watermarkUpdatedAt: Date;
   /** The watermarker lease: holder, expiry, and whether it is live by the database clock. */
   lease: { owner: string | null; expiresAt: Date | null; live: boolean };
+  /**
+   * The writers safe_seq waits for: the in-flight holders of the oldest
+   * observation the watermarker could not publish yet, and any prepared
+   * transaction holding the fence. Empty when nothing waits.
+   */
+  blockingWriters: BlockingWriter[];
   /** Per stream: events present, greatest seq present, and the retention horizon. */
   streams: { stream: string; events: number; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
   /** Per cursor: position, pending events below safe_seq (counted up to 1,000,000), resyncs. */
@@ -31,6 +37,30 @@ export interface TidemarkStatus {
   }[];
 }
 
+/** A writer holding safe_seq back (see `blocking_writers()` in docs/PROTOCOL.md). */
+export interface BlockingWriter {
+  /** Backend pid; null for a prepared transaction. */
+  pid: number | null;
+  /** The writer's virtual transaction id, as pg_locks shows it. */
+  virtualTransaction: string;
+  applicationName: string | null;
+  clientAddr: string | null;
+  /** When its transaction started (or was prepared). */
+  xactStart: Date | null;
+  /** Seconds since then, by the database clock. */
+  ageSeconds: number | null;
+  /** pg_stat_activity state, or `prepared`. */
+  state: string | null;
+  /** Its current or last statement, cut at 200 characters (null for a prepared transaction). */
+  query: string | null;
+  /** The prepared transaction's name, if it is one. */
+  preparedGid: string | null;
+  /** The seq the watermarker waits to publish. */
+  pendingSeq: bigint;
+  /** Since when it waits. */
+  waitingSince: Date;
+}
+
 /** Options for {@link readStatus}. */
 export interface ReadStatusOptions {
   /** Count events per stream (a scan of the events table). Default true. */
@@ -39,7 +69,7 @@ export interface ReadStatusOptions {
 
 const big = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
 
-/** Reads the watermark, lease, streams, horizons and cursors of `schema` (three statements; the figures are not from one snapshot). */
+/** Reads the watermark, lease, blocking writers, streams, horizons and cursors of `schema` (four statements; the figures are not from one snapshot). */
 export async function readStatus(db: Queryable, schema: string, options: ReadStatusOptions = {}): Promise<TidemarkStatus> {
   const s = quoteIdent(schema);
   const head = (await db.query(
@@ -59,6 +89,19 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
            FULL JOIN ${s}.horizons h ON h.stream = e.stream ORDER BY 1`
       : `SELECT stream, 0 AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
   )).rows as { stream: string; events: number; max_seq: string | null; pruned: string }[];
+  const blocking = (await db.query(`SELECT * FROM ${s}.blocking_writers()`)).rows as {
+    pid: number | null;
+    virtualtransaction: string;
+    application_name: string | null;
+    client_addr: string | null;
+    xact_start: Date | null;
+    age_seconds: number | null;
+    state: string | null;
+    query: string | null;
+    prepared_gid: string | null;
+    pending_seq: string;
+    waiting_since: Date;
+  }[];
   const consumers = (await db.query(
     `SELECT c.consumer, c.stream, c.seq::text, c.updated_at, c.resync_count, c.last_resync_at,
             (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e
@@ -74,6 +117,19 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
     lagSeconds: lagEvents > 0n ? head.age : 0,
     watermarkUpdatedAt: head.updated_at,
     lease: { owner: head.lease_owner, expiresAt: head.lease_expires_at, live: head.live },
+    blockingWriters: blocking.map((b) => ({
+      pid: b.pid,
+      virtualTransaction: b.virtualtransaction,
+      applicationName: b.application_name,
+      clientAddr: b.client_addr,
+      xactStart: b.xact_start,
+      ageSeconds: b.age_seconds,
+      state: b.state,
+      query: b.query,
+      preparedGid: b.prepared_gid,
+      pendingSeq: BigInt(b.pending_seq),
+      waitingSince: b.waiting_since,
+    })),
     streams: streams.map((r) => ({ stream: r.stream, events: r.events, maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
     consumers: consumers.map((r) => ({
       consumer: r.consumer,

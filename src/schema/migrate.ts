@@ -2,7 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { TidemarkError } from '../errors.js';
-import { DEFAULT_SCHEMA, fenceKey, quoteIdent, validateSchema } from '../db/queryable.js';
+import { DEFAULT_SCHEMA, fenceKey, notifyChannel, quoteIdent, validateSchema } from '../db/queryable.js';
 
 /** Options for {@link migrate}. */
 export interface MigrateOptions {
@@ -18,7 +18,7 @@ export interface Migration {
   id: number;
   /** File name, e.g. `0001_init.sql`. */
   name: string;
-  /** SQL with the schema and fence key substituted. */
+  /** SQL with the schema, fence key and notification channel substituted. */
   sql: string;
 }
 
@@ -51,7 +51,9 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
     const text = await readFile(`${MIGRATIONS_DIR}${name}`, 'utf8');
     const sql = text
       .replaceAll('{{schema}}', quoteIdent(schema))
-      .replaceAll('{{fence_key}}', `(${fenceKey(schema)})::bigint`);
+      .replaceAll('{{fence_key}}', `(${fenceKey(schema)})::bigint`)
+      // A validated schema name has no quote to escape.
+      .replaceAll('{{notify_channel}}', `'${notifyChannel(schema)}'`);
     migrations.push({ id, name, sql });
   }
   return migrations;

@@ -1,47 +1,111 @@
 /**
  * What a watermark step did.
  * - `advanced`: published a higher safe_seq.
- * - `idle`: nothing committed above safe_seq; the fence was not touched.
- * - `fence_busy`: writers held the fence (a try-lock missed, or a bounded
- *   wait timed out); retry later. Never an error.
- * - `row_locked`: the fence was taken, but another session held the
- *   watermark row for longer than `lockTimeoutMs`; nothing was published
- *   and the error went to `onError`. Retry later.
+ * - `pending`: events above safe_seq wait for writers still in flight (the
+ *   step remembered what it saw; a later step publishes once they end).
+ * - `idle`: nothing was drawn above safe_seq; no lock read, nothing written.
+ * - `row_locked`: another session held the watermark row; nothing was
+ *   written. Retry later.
  * - `not_leader`: another owner holds the lease; this instance is a standby.
  */
-export type StepOutcome = 'advanced' | 'idle' | 'fence_busy' | 'row_locked' | 'not_leader';
+export type StepOutcome = 'advanced' | 'pending' | 'idle' | 'row_locked' | 'not_leader';
+
+/**
+ * How a step learned which writers are in flight: `try_lock` (an exclusive
+ * try-lock, released at once, proved there are none) or `pg_locks`.
+ */
+export type HolderPath = 'try_lock' | 'pg_locks';
 
 /** What happened to the durable heartbeat after a step's commit. */
 export type HeartbeatOutcome = 'written' | 'throttled' | 'failed' | 'cancelled';
 
-/** The result of one {@link Watermarker.step}; also passed to the observer. */
+/** The result of one {@link Watermarker.step}. */
 export interface WatermarkProgress {
   /** What the step did. */
   outcome: StepOutcome;
   /** True when this step published a higher safe_seq. */
   advanced: boolean;
-  /** safe_seq after the step, as last seen by this instance. */
+  /** safe_seq after the step (the watermark row's value). */
   safeSeq: bigint;
   /** safe_seq before the step. */
   priorSeq: bigint;
-  /** The highest committed seq the step saw, or null if it did not look. */
-  maxSeq: bigint | null;
-  /** True when this step waited for the fence (after `fenceTryLimit` misses). */
-  blocking: boolean;
-  /** True when the bounded wait for the fence timed out. */
-  fenceTimedOut: boolean;
-  /** The bound of this step's wait for the fence (its lock_timeout, escalating from `lockTimeoutMs` to `lockTimeoutMaxMs`), or null when it did not wait. */
-  fenceWaitLimitMs: number | null;
-  /** Time spent acquiring the exclusive fence, measured on the server. */
-  fenceWaitMs: number;
-  /** Time the exclusive fence was held before commit, measured on the server. */
-  fenceHoldMs: number;
+  /** The identity's last value the step read (S), or null when it did not look (`not_leader`). */
+  lastSeq: bigint | null;
+  /** Writers holding the shared fence at this step, or null when the step did not look. */
+  holders: number | null;
+  /** How the holders were learned, or null when the step did not need them. */
+  holderPath: HolderPath | null;
+  /** Remembered observations still waiting for their writers after this step. */
+  pending: number;
+  /** When the oldest of them was taken (null when none waits). */
+  oldestPendingAt: Date | null;
+  /** Time of the step's statement, measured on the server, in milliseconds. */
+  stepMs: number;
   /** This instance holds the lease. */
   leader: boolean;
-  /** The lease holder and expiry as last seen. */
+  /** The lease holder as last seen. */
   leaseOwner: string | null;
   /** When the lease expires, by the database clock (null when nobody holds it). */
   leaseExpiresAt: Date | null;
   /** What happened to the durable heartbeat after this step. */
   heartbeat: HeartbeatOutcome;
+}
+
+/**
+ * Why one run of the in-database loop (`CALL run_watermarker`) returned:
+ * `timeout` (it ran its allotted time and is called again), `standby`
+ * (another owner held the lease all along), `released` (the lease was
+ * released: the stop request), `lease_lost` (another owner took it).
+ */
+export type RunEndReason = 'timeout' | 'standby' | 'released' | 'lease_lost';
+
+/** The summary of one run of the in-database loop, as {@link Watermarker.run} receives it. */
+export interface WatermarkRunSummary {
+  /** Why the run returned. */
+  reason: RunEndReason;
+  /** Steps taken, and how many ended in each outcome. */
+  steps: number;
+  advanced: number;
+  pending: number;
+  idle: number;
+  rowLocked: number;
+  /** Steps that learned the in-flight writers by the try-lock, and by reading pg_locks. */
+  tryLockReads: number;
+  pgLocksReads: number;
+  /** Server time of the steps (each from its start to its COMMIT), in milliseconds. */
+  stepMsTotal: number;
+  stepMsMax: number;
+  /** Step times as log buckets: `stepHistogram[i]` counts steps of t microseconds with floor(20 ln t) = i. */
+  stepHistogram: number[];
+  /** safe_seq when the run returned. */
+  safeSeq: bigint;
+  /** This instance held the lease when the run returned. */
+  leader: boolean;
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  /** When the oldest observation still waiting for writers was taken (null when none waits). */
+  oldestPendingAt: Date | null;
+  /** Wall time of the run, measured by the client, in milliseconds. */
+  elapsedMs: number;
+}
+
+/**
+ * What a {@link Watermarker} reports to its `observer`:
+ * - `step`: one `step()` finished (after its commit);
+ * - `run`: one run of the in-database loop returned its summary;
+ * - `retry`: the loop failed (`error`, also passed to `onError`) and runs again after `delayMs`.
+ */
+export type WatermarkerEvent =
+  | { type: 'step'; progress: WatermarkProgress }
+  | { type: 'run'; summary: WatermarkRunSummary }
+  | { type: 'retry'; error: unknown; delayMs: number };
+
+/** The lower bound, in milliseconds, of step histogram bucket `i` (see {@link WatermarkRunSummary.stepHistogram}). */
+export function stepBucketLowerMs(i: number): number {
+  return i === 0 ? 0 : Math.exp(i / 20) / 1000;
+}
+
+/** A representative time, in milliseconds, for step histogram bucket `i`: its geometric middle. */
+export function stepBucketMs(i: number): number {
+  return Math.exp((i + 0.5) / 20) / 1000;
 }

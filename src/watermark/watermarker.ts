@@ -1,33 +1,43 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
-import { ClosedError, InvalidOptionsError, SQLSTATE, sqlState } from '../errors.js';
+import { ClosedError, InvalidOptionsError } from '../errors.js';
 import { cancellableQuery } from '../db/cancellable.js';
-import { notifyChannel, quoteIdent } from '../db/queryable.js';
-import { acquireLease, acquireLeaseSql, releaseLeaseSql } from './lease.js';
+import { quoteIdent } from '../db/queryable.js';
+import { acquireLease, leaseSql, type LeaseSql } from './lease.js';
+import { LoopConnection } from './loop.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
-import type { HeartbeatOutcome, WatermarkProgress } from './progress.js';
+import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress } from './progress.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 interface StepRow {
-  outcome: 'advanced' | 'idle' | 'busy' | 'timeout' | 'not_leader';
+  outcome: StepOutcome;
   safe_seq: string;
   prior_seq: string;
-  max_seq: string | null;
-  wait_us: number;
-  hold_us: number;
+  last_seq: string | null;
+  holders: number | null;
+  pending: number;
+  holder_path: HolderPath | null;
+  oldest_pending_at: Date | null;
   lease_owner: string | null;
   lease_expires_at: Date | null;
+  step_ms: number;
 }
 
 /** Options for a single {@link Watermarker.step}. */
 export interface StepOptions {
-  /** Cancels the post-commit heartbeat. The fenced section itself is bounded by its lock wait (`lockTimeoutMs`, escalating to `lockTimeoutMaxMs`) and always completes or aborts on its own. */
+  /** Cancels the post-commit heartbeat. The step itself never waits for writers and always completes or aborts on its own. */
   signal?: AbortSignal;
 }
 
 /**
  * The leased singleton that advances safe_seq. Run one per deployment (or
  * several: the lease makes one active and the others standbys).
+ *
+ * `run()` supervises the step loop that runs inside PostgreSQL
+ * (`CALL run_watermarker`): it calls it again after each summary, and
+ * again after a failure with a capped, jittered back-off. `step()` is one
+ * step from here. Neither ever blocks a writer: a step observes the writers
+ * in flight and publishes what they can no longer change.
  *
  * @example
  * const watermarker = new Watermarker(pool, { schema: 'tidemark' });
@@ -36,25 +46,16 @@ export interface StepOptions {
  * // ... on shutdown:
  * stop.abort();
  * await running;
- * await watermarker.close();
+ * await watermarker.close(); // releases the lease: a standby takes over at once
  */
 export class Watermarker {
   /** The validated, frozen options in force. */
   readonly options: ResolvedWatermarkerOptions;
   private readonly pool: pg.Pool;
-  private readonly sql: { lease: string; release: string; stepFunction: string; watermarkTable: string; beat: string };
+  private readonly lease: LeaseSql;
+  private readonly sql: { step: string; beat: string };
   private leader = false;
-  private leaseOwner: string | null = null;
-  private leaseExpiresAt: Date | null = null;
   private renewDueAt = 0;
-  private safeSeq = 0n;
-  private busyStreak = 0;
-  /** Try-lock misses before the next bounded wait; doubles after each timed-out wait. */
-  private blockAfter: number;
-  /** The next bounded wait's lock_timeout; doubles after each timed-out wait, up to lockTimeoutMaxMs. */
-  private waitMs: number;
-  /** The bound of the current step's wait, for its progress (null: no wait). */
-  private stepLimit: number | null = null;
   private lastBeatAt = Number.NEGATIVE_INFINITY;
   private closed = false;
 
@@ -64,141 +65,107 @@ export class Watermarker {
     }
     this.pool = pool;
     this.options = resolveWatermarkerOptions(options);
-    this.blockAfter = this.options.fenceTryLimit;
-    this.waitMs = this.options.lockTimeoutMs;
     const s = quoteIdent(this.options.schema);
+    this.lease = leaseSql(this.options.schema);
     this.sql = {
-      lease: acquireLeaseSql(this.options.schema),
-      release: releaseLeaseSql(this.options.schema),
-      stepFunction: `${s}.watermark_step`,
-      watermarkTable: `${s}.watermark`,
+      step: `${s}.watermark_step`,
       beat: `SELECT ${s}.beat('watermarker', $1, $2, $3)`,
     };
   }
 
-  /** True while this instance believes it holds the lease (validated again by every publication). */
+  /** True while this instance believes it holds the lease (checked again by every publication). */
   get isLeader(): boolean {
     return this.leader;
   }
 
   /**
-   * One step: renew the lease if due (outside the fence), run the fenced
-   * section in one round trip, then, after its commit, NOTIFY consumers on
-   * advancement, call the observer and write the throttled heartbeat.
-   * A busy fence or a lost lease is an outcome, not an error.
+   * One step from this process: renew the lease if due (its own
+   * statement), run `watermark_step` in a transaction of its own (it
+   * publishes and NOTIFYs in that commit), then tell the observer and write
+   * the throttled heartbeat. Observations of writers still in flight are
+   * kept in the watermark row, so repeated steps (from any process) advance
+   * safe_seq even while writers overlap without pause. A lease held by
+   * another owner, a pending publication or a locked row are outcomes, not
+   * errors.
    */
   async step(options: StepOptions = {}): Promise<WatermarkProgress> {
     if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
     if (!this.leader || Date.now() >= this.renewDueAt) {
-      const lease = await acquireLease(this.pool, this.sql.lease, o.owner, o.leaseTtlMs);
+      const lease = await acquireLease(this.pool, this.lease, o.owner, o.leaseTtlMs);
       this.leader = lease.held;
-      this.leaseOwner = lease.owner;
-      this.leaseExpiresAt = lease.expiresAt;
       if (lease.held) this.renewDueAt = Date.now() + o.leaseRenewMs;
     }
-
-    const priorSeq = this.safeSeq;
-    let progress: WatermarkProgress;
-    if (!this.leader) {
-      this.stepLimit = null;
-      progress = this.progress('not_leader', priorSeq, null, false, false, 0, 0);
-    } else {
-      const blocking = this.busyStreak >= this.blockAfter;
-      this.stepLimit = blocking ? this.waitMs : null;
-      try {
-        // The row lock of the publication is bounded by lockTimeoutMs, not
-        // by the (escalated) fence wait: the fence is held meanwhile.
-        // The step's NOTIFY rides in the same round trip (fencedStep).
-        progress = this.fromRow(await this.fencedStep(blocking, priorSeq), blocking);
-      } catch (err) {
-        if (sqlState(err) === SQLSTATE.lockNotAvailable && insideStepFunction(err)) {
-          // Holding the fence, the publishing UPDATE waited longer than
-          // lockTimeoutMs for the watermark row: some session holds it (an
-          // operator's SELECT ... FOR UPDATE?). Nothing was published. The
-          // fence itself was granted, so this says nothing about writers:
-          // no escalation, and the next step starts afresh (busyStreak 0).
-          this.report(err);
-          this.busyStreak = 0;
-          progress = this.progress('row_locked', priorSeq, null, blocking, false, 0, 0);
-        } else {
-          // The failure may have come after the COMMIT (the NOTIFY, or the
-          // connection dying in between): a publication must not be hidden.
-          const published = await this.readSafeSeq().catch(() => null);
-          if (published === null || published <= priorSeq) throw err;
-          this.report(err);
-          progress = this.fromRow(
-            {
-              outcome: 'advanced',
-              safe_seq: published.toString(),
-              prior_seq: priorSeq.toString(),
-              max_seq: published.toString(),
-              wait_us: 0,
-              hold_us: 0,
-              lease_owner: this.leaseOwner,
-              lease_expires_at: this.leaseExpiresAt,
-            },
-            blocking,
-          );
-        }
-      }
-    }
-
-    // Everything below runs after the fenced transaction committed.
-    this.observe(progress);
-    progress.heartbeat = await this.heartbeat(progress, options.signal);
+    const progress = this.fromRow(await this.stepOnce());
+    this.emit({ type: 'step', progress: { ...progress } });
+    progress.heartbeat = await this.heartbeat(
+      { leader: progress.leader, outcome: progress.outcome, safeSeq: progress.safeSeq.toString(), pending: progress.pending },
+      options.signal,
+    );
     return progress;
   }
 
   /**
-   * Steps until `signal` aborts: every `pollMinMs` while events flow (and
-   * for `idleGraceMs` after the last publication), backing off to
-   * `pollMaxMs` while idle, and at the lease renewal interval as a
-   * standby. Step errors go to `onError` and the loop goes on. Resolves (does
-   * not reject) when the signal aborts.
+   * Supervises the in-database step loop until `signal` aborts: runs
+   * `CALL run_watermarker(...)` on a connection of its own
+   * (application_name `tidemark-watermarker`), which steps, commits, renews
+   * the lease and sleeps between steps for `summaryIntervalMs`, then returns
+   * a summary (passed to the observer as a `run` event); and runs it again.
+   * A failed run is reported to `onError` and retried after a back-off
+   * doubling from `retryMinMs` to `retryMaxMs`, with jitter. When the lease
+   * was lost or released, it waits `leaseRenewMs` before trying for it again,
+   * so a standby can take over. On abort it cancels the running loop on the
+   * server and resolves (it does not reject). Holds one pooled connection
+   * while it runs; call `close()` afterwards to release the lease.
    */
   async run(signal: AbortSignal): Promise<void> {
+    if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
-    let wait = o.pollMinMs;
-    let lastAdvanceAt = Number.NEGATIVE_INFINITY;
-    while (!signal.aborted && !this.closed) {
-      try {
-        const progress = await this.step({ signal });
-        if (progress.advanced) lastAdvanceAt = performance.now();
-        if (progress.outcome === 'idle') {
-          // Idle right after a publication: events are likely still flowing.
-          wait = performance.now() - lastAdvanceAt < o.idleGraceMs ? o.pollMinMs : Math.min(Math.max(wait * 2, 1), o.pollMaxMs);
-        } else if (progress.outcome === 'not_leader') wait = o.leaseRenewMs;
-        else wait = o.pollMinMs;
-      } catch (err) {
-        if (signal.aborted) break;
-        this.report(err);
-        wait = Math.min(Math.max(wait * 2, o.pollMinMs, 10), Math.max(o.pollMaxMs, 1000));
+    const loop = new LoopConnection(this.pool, o);
+    let retryMs = o.retryMinMs;
+    try {
+      while (!signal.aborted && !this.closed) {
+        let pauseMs = 0;
+        try {
+          const summary = await loop.runOnce(signal);
+          retryMs = o.retryMinMs;
+          this.leader = summary.leader;
+          this.emit({ type: 'run', summary });
+          await this.heartbeat({ leader: summary.leader, reason: summary.reason, safeSeq: summary.safeSeq.toString(), steps: summary.steps }, signal);
+          if (summary.reason === 'released' || summary.reason === 'lease_lost') pauseMs = o.leaseRenewMs;
+        } catch (err) {
+          if (signal.aborted) break;
+          this.leader = false;
+          pauseMs = Math.round(retryMs / 2 + Math.random() * (retryMs / 2));
+          retryMs = Math.min(retryMs * 2, o.retryMaxMs);
+          this.report(err);
+          this.emit({ type: 'retry', error: err, delayMs: pauseMs });
+        }
+        if (pauseMs > 0) await delay(pauseMs, undefined, { signal }).catch(() => undefined);
       }
-      await delay(wait, undefined, { signal }).catch(() => undefined);
+    } finally {
+      loop.close();
+      this.leader = false;
     }
   }
 
-  /** Releases the lease (so a standby takes over at once) and stops stepping. Idempotent; does not end the pool. */
+  /** Releases the lease (so a standby takes over at once) and refuses further steps. Idempotent; does not end the pool. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.leader) {
-      this.leader = false;
-      await this.pool.query(this.sql.release, [this.options.owner]);
-    }
+    this.leader = false;
+    await this.pool.query(this.lease.release, [this.options.owner]);
   }
 
   /**
-   * The fenced transaction and the consumers' wake-up in one round trip:
-   * one simple-protocol message runs BEGIN, watermark_step and COMMIT, then,
-   * in a transaction of its own after that commit, a NOTIFY carrying
-   * safe_seq when it is now above what this instance had seen. (A NOTIFY
-   * inside the fenced transaction would take PostgreSQL's cluster-wide
-   * notify lock while the fence is held.) After an error the connection is
-   * rolled back, or destroyed if that fails.
+   * The step in one simple-protocol message: BEGIN, a check that the
+   * pooled connection was not inside a transaction already, the step, and
+   * COMMIT, run by the server back to back. After an error the connection
+   * is rolled back, or destroyed if that fails, and the error is thrown:
+   * nothing was published, unless the connection died after the COMMIT (the
+   * watermark row then says what was).
    */
-  private async fencedStep(blocking: boolean, priorSeq: bigint): Promise<StepRow> {
+  private async stepOnce(): Promise<StepRow> {
     const o = this.options;
     const client = await this.pool.connect();
     // A terminated backend also emits 'error' on the client; the query's own rejection carries it.
@@ -212,12 +179,10 @@ export class Watermarker {
       // transaction is rolled back below instead of committed with the step.
       const text =
         `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; ${OPEN_TRANSACTION_CHECK}; ` +
-        `SELECT * FROM ${this.sql.stepFunction}(${client.escapeLiteral(o.owner)}, ${blocking}, ${Math.trunc(this.waitMs)}, ${o.synchronousCommit}, ${o.lockTimeoutMs}); ` +
-        `COMMIT; ` +
-        `SELECT pg_catalog.pg_notify(${client.escapeLiteral(notifyChannel(o.schema))}, w.safe_seq::text) ` +
-        `FROM ${this.sql.watermarkTable} w WHERE w.safe_seq > ${priorSeq.toString()}`;
+        `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000 AS step_ms ` +
+        `FROM ${this.sql.step}(${client.escapeLiteral(o.owner)}, ${o.synchronousCommit}, ${o.tryLockFirst}) s; COMMIT`;
       const results = (await client.query(text)) as unknown as pg.QueryResult<StepRow>[];
-      return results[2]!.rows[0]!; // BEGIN, check, step, COMMIT, NOTIFY
+      return results[2]!.rows[0]!; // BEGIN, check, step, COMMIT
     } catch (err) {
       await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken = rollbackErr));
       throw err;
@@ -227,96 +192,35 @@ export class Watermarker {
     }
   }
 
-  private async readSafeSeq(): Promise<bigint> {
-    const r = await this.pool.query<{ safe_seq: string }>(`SELECT safe_seq FROM ${this.sql.watermarkTable}`);
-    return BigInt(r.rows[0]!.safe_seq);
-  }
-
-  private fromRow(row: StepRow, blocking: boolean): WatermarkProgress {
-    const o = this.options;
-    const safeSeq = BigInt(row.safe_seq);
-    if (safeSeq > this.safeSeq) this.safeSeq = safeSeq;
-    this.leaseOwner = row.lease_owner;
-    this.leaseExpiresAt = row.lease_expires_at;
-    if (row.outcome === 'not_leader') {
-      this.leader = false;
-    }
-    const maxSeq = row.max_seq === null ? null : BigInt(row.max_seq);
-    if (row.outcome === 'timeout') {
-      // The bounded fence wait expired: nothing was published, and the
-      // queued exclusive request is gone. Writers that outlast one wait may
-      // outlast the next: space the waits out (each one briefly queues new
-      // writers) and make the next one longer, so that one finally outlasts
-      // the writers holding the fence. A wait that times out at the cap
-      // means a writer longer than the cap (a leaked transaction, say):
-      // nothing can publish until it ends, so waits become rare (up to 1024
-      // misses apart) instead of queueing writers for the full cap again.
-      const atCap = this.waitMs >= o.lockTimeoutMaxMs;
-      this.busyStreak = 0;
-      this.blockAfter = Math.max(o.fenceTryLimit, Math.min(this.blockAfter * 2 + 1, atCap ? 1024 : 64));
-      this.waitMs = Math.min(this.waitMs * 2, o.lockTimeoutMaxMs);
-      return this.progress('fence_busy', BigInt(row.prior_seq), maxSeq, true, true, row.wait_us / 1000, 0);
-    }
-    this.busyStreak = row.outcome === 'busy' ? this.busyStreak + 1 : 0;
-    if (row.outcome !== 'busy') this.blockAfter = o.fenceTryLimit;
-    // After a publication the wait halves rather than resetting, so under
-    // sustained overlap it stays near the level that last succeeded instead
-    // of climbing the whole ladder of timed-out waits again. Other outcomes
-    // (idle, not_leader) say nothing about writers and leave it alone.
-    if (row.outcome === 'advanced') this.waitMs = Math.max(o.lockTimeoutMs, Math.floor(this.waitMs / 2));
-    return this.progress(
-      row.outcome === 'busy' ? 'fence_busy' : row.outcome,
-      BigInt(row.prior_seq),
-      maxSeq,
-      blocking,
-      false,
-      row.wait_us / 1000,
-      row.hold_us / 1000,
-    );
-  }
-
-  private progress(
-    outcome: WatermarkProgress['outcome'],
-    priorSeq: bigint,
-    maxSeq: bigint | null,
-    blocking: boolean,
-    fenceTimedOut: boolean,
-    fenceWaitMs: number,
-    fenceHoldMs: number,
-  ): WatermarkProgress {
+  private fromRow(row: StepRow): WatermarkProgress {
+    this.leader = row.outcome !== 'not_leader';
     return {
-      outcome,
-      advanced: outcome === 'advanced',
-      safeSeq: this.safeSeq,
-      priorSeq,
-      maxSeq,
-      blocking,
-      fenceTimedOut,
-      fenceWaitLimitMs: this.stepLimit,
-      fenceWaitMs,
-      fenceHoldMs,
+      outcome: row.outcome,
+      advanced: row.outcome === 'advanced',
+      safeSeq: BigInt(row.safe_seq),
+      priorSeq: BigInt(row.prior_seq),
+      lastSeq: row.last_seq === null ? null : BigInt(row.last_seq),
+      holders: row.holders,
+      holderPath: row.holder_path,
+      pending: row.pending,
+      oldestPendingAt: row.oldest_pending_at,
+      stepMs: row.step_ms,
       leader: this.leader,
-      leaseOwner: this.leaseOwner,
-      leaseExpiresAt: this.leaseExpiresAt,
+      leaseOwner: row.lease_owner,
+      leaseExpiresAt: row.lease_expires_at,
       heartbeat: 'throttled',
     };
   }
 
-  private observe(progress: WatermarkProgress): void {
-    notifyObserver(this.options.observer, { ...progress }, this.options.onError);
+  private emit(event: WatermarkerEvent): void {
+    notifyObserver(this.options.observer, event, this.options.onError);
   }
 
-  private async heartbeat(progress: WatermarkProgress, signal?: AbortSignal): Promise<HeartbeatOutcome> {
+  private async heartbeat(details: Record<string, unknown>, signal?: AbortSignal): Promise<HeartbeatOutcome> {
     const o = this.options;
     if (Date.now() - this.lastBeatAt < o.heartbeatIntervalMs) return 'throttled';
     if (signal?.aborted) return 'cancelled';
     this.lastBeatAt = Date.now();
-    const details = {
-      leader: progress.leader,
-      outcome: progress.outcome,
-      safeSeq: progress.safeSeq.toString(),
-      maxSeq: progress.maxSeq?.toString() ?? null,
-    };
     try {
       await cancellableQuery(this.pool, this.sql.beat, [o.owner, details, o.heartbeatTimeoutMs], signal);
       return 'written';
@@ -336,9 +240,3 @@ const OPEN_TRANSACTION_CHECK =
   `DO $$ BEGIN IF pg_catalog.transaction_timestamp() <> pg_catalog.statement_timestamp() THEN ` +
   `RAISE EXCEPTION 'tidemark watermarker: its pooled connection was inside a transaction already; rolling it back' USING ERRCODE = '25001'; ` +
   `END IF; END $$`;
-
-/** True when a PostgreSQL error was raised inside watermark_step (its context names the function). */
-function insideStepFunction(err: unknown): boolean {
-  const where = (err as { where?: unknown }).where;
-  return typeof where === 'string' && where.includes('watermark_step');
-}

@@ -33,7 +33,11 @@ test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the leas
   assert.equal(body.watermarker.owner, 'node-a');
   assert.equal(body.pruner.healthy, true);
 
-  const metrics = await (await fetch(`http://${address}/metrics`)).text();
+  // Step counts arrive with the loop's summaries (one a second).
+  const metrics = await waitFor('the loop summary in /metrics', async () => {
+    const text = await (await fetch(`http://${address}/metrics`)).text();
+    return /^tidemark_watermark_steps_total\{outcome="advanced"\} [1-9]\d*$/m.test(text) ? text : undefined;
+  });
   for (const line of [
     /^tidemark_safe_seq 1$/m,
     /^tidemark_max_seq 1$/m,
@@ -41,19 +45,22 @@ test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the leas
     /^tidemark_watermark_lag_seconds 0$/m,
     /^tidemark_lease_live 1$/m,
     /^tidemark_watermarker_leader 1$/m,
-    /^tidemark_fence_wait_seconds_bucket\{le="[^"]+",role="watermarker"\} \d+$/m,
-    /^tidemark_fence_hold_seconds_count\{role="watermarker"\} [1-9]\d*$/m,
-    /^tidemark_watermark_steps_total\{outcome="advanced"\} [1-9]\d*$/m,
+    /^tidemark_watermark_step_seconds_bucket\{le="[^"]+"\} \d+$/m,
+    /^tidemark_watermark_step_seconds_count [1-9]\d*$/m,
+    /^tidemark_watermark_holder_reads_total\{path="try_lock"\} [1-9]\d*$/m,
+    /^tidemark_watermark_blocking_writers 0$/m,
+    /^tidemark_watermark_oldest_blocker_seconds 0$/m,
     /^tidemark_watermark_step_errors_total 0$/m,
+    /^# TYPE tidemark_watermarker_retries_total counter$/m,
     /^tidemark_pruned_events_total 0$/m,
     /^tidemark_consumer_cursor_seq\{consumer="audit",stream="orders"\} 1$/m,
     /^tidemark_consumer_lag_events\{consumer="audit",stream="orders"\} 0$/m,
     /^tidemark_database_up 1$/m,
-    /^# TYPE tidemark_fence_timeouts_total counter$/m,
     /^process_cpu_seconds_total /m,
   ]) {
     assert.match(metrics, line);
   }
+  assert.doesNotMatch(metrics, /tidemark_fence_/, 'the fence-wait metrics are gone');
   assert.equal((await fetch(`http://${address}/nope`)).status, 404);
 
   child.kill('SIGTERM');
@@ -120,4 +127,40 @@ test('/healthz answers 503 while the database is unreachable, and 200 again once
   await waitFor('healthz to recover', async () => (await fetch(`http://${address}/healthz`)).status === 200);
   child.kill('SIGTERM');
   assert.equal(await exited(child), 0, stderr.text());
+});
+
+test('serve: a terminated loop backend is reconnected by itself, and a removed flag is refused in one line', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const removed = await cli(['serve', '--roles', 'watermarker', '--lock-timeout', '5ms'], { env });
+  assert.equal(removed.code, 2);
+  assert.equal(removed.stderr, 'tidemark: --lock-timeout was removed: the watermark step no longer waits for the fence; it observes the writers in flight instead (docs/PROTOCOL.md §3)\n');
+  for (const flag of ['--lock-timeout-max', '--fence-try-limit']) {
+    const r = await cli(['serve', flag, '1'], { env });
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, new RegExp(`^tidemark: ${flag} was removed: `));
+    assert.equal(r.stderr.split('\n').length, 2, 'one line');
+  }
+
+  const child = startCli(['serve', '--roles', 'watermarker', '--lease-ttl', '60s'], { env });
+  t.after(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  await stderr.next(/lease acquired: active/);
+  const loopPid = async () =>
+    (await db.observer.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'tidemark-watermarker' AND datname = current_database()`)).rows[0]
+      ?.pid as number | undefined;
+  const first = await waitFor('the loop backend', loopPid);
+  await db.observer.query('SELECT pg_terminate_backend($1)', [first]);
+  // Terminated in the middle of a run (57P01) or between two runs (the
+  // client then reports a connection error): either way, one line and a retry.
+  await stderr.next(/watermarker: retrying in \d+ ms/);
+  await waitFor('a new loop backend', async () => {
+    const pid = await loopPid();
+    return pid !== undefined && pid !== first;
+  });
+  await cli(['append', '--stream', 's', '--kind', 'k', '--key', 'x'], { env });
+  await waitFor('the resumed loop to publish', async () => (await safeSeq(db.observer)) === 1n);
+  child.kill('SIGTERM');
+  assert.equal(await exited(child), 0, stderr.text());
+  assert.equal((await lease(db)).owner, null);
 });

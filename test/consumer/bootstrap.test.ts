@@ -91,7 +91,7 @@ test('the watermark keeps advancing while a bootstrap snapshot stays open', asyn
   const { observer } = db;
   await observer.query(DOMAIN);
   const pool = db.pool({ max: 6 });
-  const watermarker = new Watermarker(pool, { fenceTryLimit: 0 }); // every step waits for the fence
+  const watermarker = new Watermarker(pool);
   const writer = await db.session('writer');
   await depositTx(writer, 'a', 1);
 

@@ -136,12 +136,21 @@ export async function waitUntilWaiting(observer: Session, pid: number, what = `b
   });
 }
 
-/** The fence lock rows in pg_locks for this database: who holds or waits for which side. */
-export async function fenceLocks(observer: Session, schema = 'tidemark'): Promise<{ pid: number; mode: string; granted: boolean }[]> {
+/** Backends of this database waiting for a heavyweight lock (none while a step runs beside writers). */
+export async function lockWaiters(observer: Session): Promise<number[]> {
+  const r = await observer.query<{ pid: number }>(
+    `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+      WHERE NOT l.granted AND a.datname = current_database() ORDER BY 1`,
+  );
+  return r.rows.map((row) => row.pid);
+}
+
+/** The fence lock rows in pg_locks for this database: who holds or waits for which side (pid null: a prepared transaction). */
+export async function fenceLocks(observer: Session, schema = 'tidemark'): Promise<{ pid: number | null; mode: string; granted: boolean }[]> {
   const key = fenceKey(schema);
   const classid = Number(BigInt.asUintN(64, key) >> 32n);
   const objid = Number(BigInt.asUintN(32, key));
-  const r = await observer.query<{ pid: number; mode: string; granted: boolean }>(
+  const r = await observer.query<{ pid: number | null; mode: string; granted: boolean }>(
     `SELECT pid, mode, granted FROM pg_locks
       WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1

@@ -53,7 +53,7 @@ async function main(): Promise<number> {
       dataDir,
       ephemeral: true,
       // Test data is disposable: trade durability for speed.
-      settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', max_connections: 400 },
+      settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', max_connections: 400, max_prepared_transactions: 20 },
     });
     adminUrl = embedded.url;
   }
@@ -70,10 +70,11 @@ async function main(): Promise<number> {
 
   try {
     const concurrency = process.env.TIDEMARK_TEST_CONCURRENCY ?? '4';
+    const timeout = process.env.TIDEMARK_TEST_TIMEOUT_MS ?? '180000';
     const code = await new Promise<number>((resolve) => {
       const child = spawn(
         process.execPath,
-        ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=180000', '--test-reporter=spec', ...files],
+        ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, '--test-reporter=spec', ...files],
         {
           cwd: root,
           stdio: 'inherit',

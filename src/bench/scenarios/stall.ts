@@ -3,7 +3,7 @@ import { recordDelivered } from '../checker.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs, runLoad } from '../load.js';
-import type { ScenarioResult } from '../report.js';
+import { ratioText, type ScenarioResult } from '../report.js';
 import type { Contender, Service, Writer } from '../contenders/types.js';
 
 const PHASES = ['steady', 'idle writer, other database', 'long read-only snapshot', 'long outbox writer'] as const;
@@ -151,6 +151,8 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
     }),
   );
   const tm = probes.find((p) => p.contender.id === 'tidemark');
+  const tmWriterSteady = tm?.writer.get('steady')!.summary();
+  const tmWriterLong = tm?.writer.get('long outbox writer')!.summary();
   const tmOther = tm?.delivery.get('idle writer, other database')!.summary();
   const tmSnap = tm?.delivery.get('long read-only snapshot')!.summary();
   return {
@@ -177,6 +179,12 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
             target: 'well under the snapshot time',
             measured: `${tmSnap?.max.toFixed(1)} ms against ${phaseMs['long read-only snapshot'] / 1000} s`,
             met: (tmSnap?.max ?? Infinity) < phaseMs['long read-only snapshot'] / 4,
+          },
+          {
+            goal: 'stall: tidemark writer p99 during a long outbox writer / steady phase',
+            target: '<= 1.5',
+            measured: ratioText(tmWriterLong!.p99 / tmWriterSteady!.p99, 1.5),
+            met: tmWriterLong!.p99 / tmWriterSteady!.p99 <= 1.5,
           },
         ]
       : [],

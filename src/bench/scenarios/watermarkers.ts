@@ -1,5 +1,7 @@
 import { fenceKey } from '../../db/queryable.js';
 import { Watermarker } from '../../watermark/watermarker.js';
+import { LOOP_APPLICATION_NAME } from '../../watermark/loop.js';
+import { stepBucketMs } from '../../watermark/progress.js';
 import { benchPool } from '../db.js';
 import { Histogram } from '../histogram.js';
 import { runReferenceWatermarker } from '../contenders/baselines.js';
@@ -9,28 +11,45 @@ export const REFERENCE_SAFE_TABLE = 'bench_ref_safe';
 
 export const WATERMARKER_APP = 'tidemark-bench-watermarker';
 
+/** The application names of a watermarker's backends: its pool's, and the in-database loop's. */
+export const WATERMARKER_APPS = [WATERMARKER_APP, LOOP_APPLICATION_NAME];
+
 /**
  * Runs one watermarker in this (child) process until `signal` aborts and
- * returns the exclusive-fence hold of each step that took the fence:
- * `tidemark` (its Watermarker, at its defaults or a fixed `stepMs`), or
- * `reference` (blocking, one statement per round trip, synchronous commit)
- * on tidemark's own fence and events table.
+ * returns the time of each of its steps: `tidemark` (its Watermarker at its
+ * defaults, `default`, or reading pg_locks every time, `pg_locks`; step
+ * times measured on the server, from the run summaries' log buckets), or
+ * `reference` (blocking, one statement per round trip, synchronous commit,
+ * every `step` ms; the time from its lock statement to its COMMIT
+ * returning, measured here: its exclusive hold) on tidemark's own fence and
+ * events table.
  */
 export async function runWatermarkerChild(kind: string, url: string, step: string, signal: AbortSignal): Promise<Histogram> {
   const hold = new Histogram();
   const pool = benchPool(url, 3, WATERMARKER_APP);
   try {
     if (kind === 'tidemark') {
-      const stepMs = step === 'default' ? {} : { pollMinMs: Number(step), pollMaxMs: Number(step) };
+      let onReleased = () => undefined as void;
       const wm = new Watermarker(pool, {
         owner: 'bench',
-        ...stepMs,
-        observer: (p) => {
-          if (p.fenceHoldMs > 0) hold.recordMs(p.fenceHoldMs);
+        tryLockFirst: step !== 'pg_locks',
+        observer: (event) => {
+          if (event.type !== 'run') return;
+          for (const [i, n] of event.summary.stepHistogram.entries()) hold.recordMs(stepBucketMs(i), n);
+          if (event.summary.reason === 'released') onReleased();
         },
       });
+      // Stopped by the stop request (releasing the lease), so the last run
+      // returns its summary instead of being cancelled.
+      const running = new AbortController();
+      const done = wm.run(running.signal).catch(() => undefined);
       process.send?.({ type: 'ready' });
-      await wm.run(signal).catch(() => undefined);
+      await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+      const released = new Promise<void>((resolve) => (onReleased = resolve));
+      await pool.query('SELECT tidemark.release_lease($1)', ['bench']);
+      await Promise.race([released, new Promise((resolve) => setTimeout(resolve, 2000))]);
+      running.abort();
+      await done;
     } else if (kind === 'reference') {
       process.send?.({ type: 'ready' });
       await runReferenceWatermarker(

@@ -4,6 +4,7 @@ import { StreamClient } from '../../consumer/stream-client.js';
 import { quoteIdent } from '../../db/queryable.js';
 import { migrate } from '../../schema/migrate.js';
 import { Watermarker } from '../../watermark/watermarker.js';
+import { readStatus } from '../../observability/status.js';
 import { openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { parseDuration } from '../duration.js';
 
@@ -70,8 +71,16 @@ export async function demoCommand(options: DemoCommandOptions): Promise<number> 
     let safeSeq = 0n;
 
     const stopInfra = new AbortController();
-    const watermarker = new Watermarker(db.pool, { schema, owner: 'demo-watermarker', observer: (p) => (safeSeq = p.safeSeq) });
+    const watermarker = new Watermarker(db.pool, { schema, owner: 'demo-watermarker' });
     const watermarking = watermarker.run(stopInfra.signal);
+    // safe_seq, and the writer it waits for, as an operator would see them.
+    let blocker = '';
+    const watch = async () => {
+      const status = await readStatus(db.pool, schema, { streamCounts: false });
+      safeSeq = status.safeSeq;
+      const oldest = status.blockingWriters[0];
+      blocker = oldest ? `  waits for pid ${oldest.pid ?? '-'} (${(oldest.ageSeconds ?? 0).toFixed(2)}s)` : '';
+    };
     const client = new StreamClient(db.pool, { schema, pollIntervalMs: 200 });
     const consuming = client
       .tail('demo-consumer', 'demo', (event) => void delivered.push(event.seq), { signal: stopInfra.signal })
@@ -117,9 +126,12 @@ export async function demoCommand(options: DemoCommandOptions): Promise<number> 
     const line = () =>
       `${((Date.now() - started) / 1000).toFixed(1).padStart(5)}s  written ${String(committed.size).padStart(6)}  rolled back ${String(rolledBack).padStart(4)}` +
       `  safe_seq ${String(safeSeq).padStart(6)}  delivered ${String(delivered.length).padStart(6)}` +
-      `  held back ${String(maxCommitted > safeSeq ? maxCommitted - safeSeq : 0n).padStart(4)}  slow tx open ${slowOpen}`;
+      `  held back ${String(maxCommitted > safeSeq ? maxCommitted - safeSeq : 0n).padStart(4)}  slow tx open ${slowOpen}${blocker}`;
     const tty = process.stdout.isTTY;
-    const ticker = setInterval(() => (tty ? process.stdout.write(`\r${line()}`) : say(line())), tty ? 200 : 1000);
+    const ticker = setInterval(
+      () => void watch().then(() => (tty ? process.stdout.write(`\r${line()}\x1b[K`) : say(line())), () => undefined),
+      tty ? 200 : 1000,
+    );
     const timer = setTimeout(() => stopWriters.abort(), durationMs);
     const writers = Array.from({ length: writerCount }, (_, i) => writer(i + 1));
     await Promise.all(writers);
@@ -127,7 +139,10 @@ export async function demoCommand(options: DemoCommandOptions): Promise<number> 
 
     // Let the watermark and the consumer catch up with everything committed.
     const deadline = Date.now() + 30_000;
-    while ((safeSeq < maxCommitted || delivered.length < committed.size) && Date.now() < deadline) await delay(20);
+    while ((safeSeq < maxCommitted || delivered.length < committed.size) && Date.now() < deadline) {
+      await delay(20);
+      await watch();
+    }
     clearInterval(ticker);
     if (tty) process.stdout.write(`\r${line()}\n`);
     else say(line());

@@ -77,8 +77,13 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   const watermarker = roles.has('watermarker')
     ? new Watermarker(db.pool, {
         ...watermarkerOptions,
-        observer: (p) => {
-          metrics.watermarkObserver(p);
+        observer: (event) => {
+          metrics.watermarkObserver(event);
+          if (event.type === 'retry') {
+            log(`watermarker: retrying in ${event.delayMs} ms`);
+            return;
+          }
+          const p = event.type === 'run' ? event.summary : event.progress;
           if (p.leader !== announced) log(p.leader ? 'watermarker lease acquired: active' : `watermarker standby (lease held by ${p.leaseOwner ?? 'nobody'})`);
           announced = p.leader;
           health.watermarker = { lastStepAt: Date.now(), leader: p.leader, safeSeq: p.safeSeq.toString() };

@@ -7,6 +7,28 @@ function table(headers: string[], rows: string[][]): string {
   return [line(headers), ...rows.map(line)].join('\n');
 }
 
+/** The writers safe_seq waits for, or nothing when none holds it back. */
+function blockingLines(s: TidemarkStatus): string[] {
+  const writers = s.blockingWriters;
+  if (writers.length === 0) return [];
+  const since = writers[0]!.waitingSince;
+  return [
+    `safe_seq waits for ${writers.length} writer${writers.length === 1 ? '' : 's'} to finish (seq ${writers[0]!.pendingSeq} pending since ${since.toISOString()}):`,
+    table(
+      ['pid', 'application', 'client', 'xact age', 'state', 'query'],
+      writers.map((w) => [
+        w.pid === null ? `prepared ${JSON.stringify(w.preparedGid)}` : String(w.pid),
+        w.applicationName ?? '-',
+        w.clientAddr ?? (w.pid === null ? '-' : 'local'),
+        w.ageSeconds === null ? '-' : `${w.ageSeconds.toFixed(1)} s`,
+        w.state ?? '-',
+        (w.query ?? '-').replace(/\s+/g, ' ').slice(0, 60),
+      ]),
+    ),
+    '',
+  ];
+}
+
 /** Renders a status as the readable report `tidemark status` prints. */
 export function renderStatus(s: TidemarkStatus): string {
   const lease = s.lease.owner ? `${s.lease.owner} (${s.lease.live ? `until ${s.lease.expiresAt!.toISOString()}` : 'expired'})` : 'none';
@@ -17,6 +39,7 @@ export function renderStatus(s: TidemarkStatus): string {
     `lag        ${s.lagEvents} events, ${s.lagSeconds.toFixed(1)} s`,
     `lease      ${lease}`,
     '',
+    ...blockingLines(s),
     s.streams.length
       ? table(['stream', 'events', 'max seq', 'pruned through'], s.streams.map((r) => [r.stream, String(r.events), String(r.maxSeq ?? '-'), String(r.prunedThroughSeq)]))
       : '(no streams)',

@@ -1,20 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { Watermarker, type WatermarkProgress } from '../../src/index.js';
-import {
-  closeAdmin,
-  fenceLocks,
-  insertEvent,
-  lastAllocatedSeq,
-  safeSeq,
-  testDb,
-  waitFor,
-  waitForBlockedStatement,
-  waitForExclusiveWaiter,
-  waitUntilWaiting,
-  type Session,
-  type TestDb,
-} from '../support/db.js';
+import { closeAdmin, fenceLocks, insertEvent, safeSeq, testDb, waitFor, waitForBlockedStatement, type Session, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -30,75 +17,14 @@ async function gateHeartbeat(db: TestDb, owner: string): Promise<Session> {
 function watermarker(db: TestDb, observed: WatermarkProgress[], errors: unknown[] = []): Watermarker {
   return new Watermarker(db.pool(), {
     owner: 'wm',
-    fenceTryLimit: 0, // always queue for the exclusive side, as in the reference design
-    lockTimeoutMs: 60_000,
     heartbeatIntervalMs: 0, // beat after every step
     heartbeatTimeoutMs: 60_000,
-    observer: (p) => observed.push(p),
+    observer: (e) => {
+      if (e.type === 'step') observed.push(e.progress);
+    },
     onError: (err) => errors.push(err),
   });
 }
-
-test('convoy: a late lower seq held open while a higher one commits during the heartbeat stays unpublished until the next step', async (t) => {
-  const db = await testDb(t);
-  const { observer } = db;
-  const observed: WatermarkProgress[] = [];
-  const wm = watermarker(db, observed);
-  await wm.step(); // take the lease and write the heartbeat row
-
-  // 1. A leading writer holds the shared fence with seq 1; seq 2 commits
-  //    beside it, so the step has something to publish and must queue.
-  const w1 = await db.session('w1');
-  await w1.query('BEGIN');
-  assert.equal(await insertEvent(w1), 1n);
-  assert.equal(await insertEvent(await db.session('w0')), 2n);
-
-  // 2. The heartbeat row is locked, so the step will stall after its commit.
-  const gate = await gateHeartbeat(db, 'wm');
-
-  // 3. The watermarker queues for the exclusive side behind w1.
-  const stepping = wm.step();
-  await waitForExclusiveWaiter(observer);
-
-  // 4. A second writer queues behind the watermarker, with no seq yet.
-  const w2 = await db.session('w2');
-  await w2.query('BEGIN');
-  const w2Insert = insertEvent(w2);
-  await waitUntilWaiting(observer, w2.pid, 'w2 to queue behind the exclusive request');
-  assert.equal(await lastAllocatedSeq(observer), 2n);
-
-  // 5. w1 commits: the watermarker takes the fence, publishes 2 and commits;
-  //    then w2 draws seq 3 and keeps its transaction open (the late lower seq).
-  await w1.query('COMMIT');
-  assert.equal(await w2Insert, 3n);
-
-  // 6. The step is now stuck in its post-commit heartbeat, holding no fence.
-  await waitForBlockedStatement(observer, '.beat(');
-  assert.deepEqual((await fenceLocks(observer)).filter((l) => l.mode === 'ExclusiveLock'), []);
-  assert.equal(await safeSeq(observer), 2n);
-  assert.equal(observed.at(-1)?.safeSeq, 2n, 'progress was observed after commit, before the heartbeat');
-
-  // 7. A higher writer commits seq 4 meanwhile: nothing blocks it.
-  const w3 = await db.session('w3');
-  assert.equal(await insertEvent(w3), 4n);
-  assert.equal(await safeSeq(observer), 2n, 'safe_seq stays below the open seq 3');
-
-  // 8. Release the heartbeat: the step returns what it published, nothing more.
-  await gate.query('COMMIT');
-  const progress = await stepping;
-  assert.equal(progress.outcome, 'advanced');
-  assert.equal(progress.safeSeq, 2n);
-  assert.equal(progress.heartbeat, 'written');
-  assert.equal(await safeSeq(observer), 2n);
-
-  // 9. Once seq 3 commits, the next step publishes through 4.
-  await w2.query('COMMIT');
-  const next = await wm.step();
-  assert.equal(next.outcome, 'advanced');
-  assert.equal(next.safeSeq, 4n);
-  assert.equal(await safeSeq(observer), 4n);
-  await wm.close();
-});
 
 test('a heartbeat failure after commit still returns and observes the committed progress, with the fence released', async (t) => {
   const db = await testDb(t);
@@ -154,5 +80,23 @@ test('aborting the signal cancels a waiting heartbeat: the watermark is complete
   const beat = await gate.query(`SELECT details->>'safeSeq' AS s FROM tidemark.heartbeats WHERE owner = 'wm'`);
   assert.equal(beat.rows[0].s, '0', 'the cancelled heartbeat wrote nothing');
   await gate.query('COMMIT');
+  await wm.close();
+});
+
+test('an observer that throws after a publication is reported; the step still returns what it published', async (t) => {
+  const db = await testDb(t);
+  const errors: unknown[] = [];
+  const boom = new Error('observer failed');
+  const wm = new Watermarker(db.pool(), {
+    observer: () => {
+      throw boom;
+    },
+    onError: (err) => errors.push(err),
+  });
+  await insertEvent(await db.session('writer'));
+  const p = await wm.step();
+  assert.deepEqual([p.outcome, p.safeSeq], ['advanced', 1n]);
+  assert.equal(await safeSeq(db.observer), 1n);
+  assert.deepEqual(errors, [boom]);
   await wm.close();
 });

@@ -1,0 +1,529 @@
+-- tidemark schema, version 4: the watermark step observes in-flight writers
+-- instead of fencing them out, and its loop runs inside PostgreSQL.
+-- Placeholders: {{schema}} (quoted identifier), {{fence_key}} (bigint
+-- literal), {{notify_channel}} (string literal).
+--
+-- Versions 1-3 published under the EXCLUSIVE side of the fence. A step
+-- waiting for it made PostgreSQL queue every new writer behind it, so one
+-- open outbox transaction stalled all writers. Now nothing but bootstrap
+-- takes the exclusive side: a step reads the identity's last value S, then
+-- the writers holding the shared side (H); S is safe once every member of H
+-- has ended. docs/PROTOCOL.md section 3 has the proof.
+
+-- A remembered observation: every seq <= seq is committed or will never
+-- exist once none of `holders` (virtualtransaction ids) holds the fence.
+CREATE TYPE {{schema}}.watermark_candidate AS (
+  seq      bigint,
+  holders  text[],
+  taken_at timestamptz
+);
+
+-- Candidates live in the watermark row, so every kind of caller (the loop,
+-- a one-shot step, a client in another language) makes progress from the
+-- observations of earlier steps. They are valid only within the server
+-- lifetime (candidates_epoch) and the sequence file (seq_filenode) they
+-- were taken in.
+ALTER TABLE {{schema}}.watermark
+  ADD COLUMN candidates {{schema}}.watermark_candidate[] NOT NULL DEFAULT '{}',
+  ADD COLUMN candidates_epoch timestamptz,
+  ADD COLUMN seq_filenode oid;
+
+UPDATE {{schema}}.watermark
+   SET candidates_epoch = pg_catalog.pg_postmaster_start_time(),
+       seq_filenode = (SELECT c.relfilenode FROM pg_catalog.pg_class c
+                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass);
+
+-- The lease, acquired or renewed, in one statement: a standby's attempt
+-- against a live lease matches no row, so it takes no row lock.
+CREATE FUNCTION {{schema}}.acquire_lease(p_owner text, p_ttl_ms integer)
+RETURNS TABLE (held boolean, lease_owner text, lease_expires_at timestamptz)
+LANGUAGE sql VOLATILE AS $$
+  WITH acquired AS (
+    UPDATE {{schema}}.watermark w
+       SET lease_owner = p_owner,
+           lease_expires_at = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => p_ttl_ms / 1000.0)
+     WHERE w.lease_owner = p_owner OR w.lease_owner IS NULL OR w.lease_expires_at <= pg_catalog.clock_timestamp()
+    RETURNING w.lease_owner, w.lease_expires_at)
+  SELECT true, a.lease_owner, a.lease_expires_at FROM acquired a
+  UNION ALL
+  SELECT false, w.lease_owner, w.lease_expires_at FROM {{schema}}.watermark w
+   WHERE NOT EXISTS (SELECT 1 FROM acquired)
+$$;
+
+-- Gives the lease up. Also the stop request for a running loop: it returns
+-- at its next step, because it renews only a lease it still holds.
+CREATE FUNCTION {{schema}}.release_lease(p_owner text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+  WITH released AS (
+    UPDATE {{schema}}.watermark w SET lease_owner = NULL, lease_expires_at = NULL
+     WHERE w.lease_owner = p_owner RETURNING 1)
+  SELECT EXISTS (SELECT 1 FROM released)
+$$;
+
+-- One watermark step. Run it in READ COMMITTED, in a transaction of its own
+-- (a single autocommit statement will do); it publishes and NOTIFYs in that
+-- transaction's commit. Never blocks a writer; waits for no lock but DDL.
+--
+-- Outcomes: 'advanced' (published a higher safe_seq), 'pending' (events
+-- above safe_seq wait for writers still in flight), 'idle' (nothing drawn
+-- above safe_seq: no lock read, no write), 'row_locked' (another session
+-- holds the watermark row: nothing written), 'not_leader' (p_owner holds no
+-- live lease). holder_path says how the in-flight writers were learned:
+-- 'try_lock' (an exclusive try-lock, released at once, proved there are
+-- none) or 'pg_locks'.
+CREATE FUNCTION {{schema}}.watermark_step(
+  p_owner text,
+  p_synchronous_commit boolean DEFAULT false,
+  p_try_lock boolean DEFAULT true
+) RETURNS TABLE (
+  outcome           text,
+  safe_seq          bigint,
+  prior_seq         bigint,
+  last_seq          bigint,
+  holders           integer,
+  pending           integer,
+  holder_path       text,
+  oldest_pending_at timestamptz,
+  lease_owner       text,
+  lease_expires_at  timestamptz
+)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+  w          record;
+  v_epoch    timestamptz := pg_catalog.pg_postmaster_start_time();
+  v_cands    {{schema}}.watermark_candidate[];
+  v_s        bigint;
+  v_h        text[];
+  v_orphan   boolean := false;
+  v_free     boolean := false;
+  v_path     text;
+  v_file     oid;
+  v_cache    bigint;
+  v_inc      bigint;
+  v_cycle    boolean;
+  v_publish  bigint;
+  v_keep     integer := 1;
+  v_new      bigint;
+  v_owner    text;
+  v_expires  timestamptz;
+BEGIN
+  -- The sequence check below must see a snapshot taken after H was read;
+  -- only READ COMMITTED gives each statement a fresh one.
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'tidemark watermark_step must run in READ COMMITTED, not %',
+      pg_catalog.current_setting('transaction_isolation')
+      USING ERRCODE = 'invalid_transaction_state';
+  END IF;
+
+  SELECT x.safe_seq, x.lease_owner, x.lease_expires_at, x.candidates, x.candidates_epoch, x.seq_filenode
+    INTO w FROM {{schema}}.watermark x;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark watermark row is missing in %; was the schema migrated?', '{{schema}}'
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  IF w.lease_owner IS DISTINCT FROM p_owner OR w.lease_expires_at <= pg_catalog.clock_timestamp() THEN
+    RETURN QUERY SELECT 'not_leader', w.safe_seq, w.safe_seq, NULL::bigint, NULL::integer,
+      pg_catalog.cardinality(w.candidates), NULL::text, NULL::timestamptz, w.lease_owner, w.lease_expires_at;
+    RETURN;
+  END IF;
+  -- Candidates of another server lifetime are void: after a restart, a
+  -- prepared transaction's lock shows under another virtualtransaction id.
+  v_cands := CASE WHEN w.candidates_epoch IS NOT DISTINCT FROM v_epoch THEN w.candidates ELSE '{}' END;
+
+  -- (1) S: every seq <= S was drawn before this read, by a writer that took
+  -- the shared fence before drawing it. pg_sequence_last_value reads the
+  -- tuple under the buffer lock (a plain SELECT from the sequence may pair
+  -- a torn last_value and is_called); NULL while nothing was drawn.
+  v_s := coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
+  IF v_s < w.safe_seq THEN
+    RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq is at %, below safe_seq %', '{{schema}}', v_s, w.safe_seq
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            DETAIL = 'It was set back (setval, ALTER SEQUENCE ... RESTART, TRUNCATE ... RESTART IDENTITY) and would hand out published numbers again. Nothing was published.',
+            HINT = 'Move it back above safe_seq with setval, and never rewind it.';
+  END IF;
+  IF v_s = w.safe_seq THEN
+    -- Nothing drawn above safe_seq: no lock read, nothing written.
+    RETURN QUERY SELECT 'idle', w.safe_seq, w.safe_seq, v_s, NULL::integer, 0, NULL::text,
+      NULL::timestamptz, w.lease_owner, w.lease_expires_at;
+    RETURN;
+  END IF;
+
+  -- (2) H, read after S. A writer that drew a seq <= S and has not ended
+  -- still holds its shared lock, so it is in H; one that is gone has
+  -- released it, which PostgreSQL does only after the transaction left the
+  -- proc array (visible if committed). Cheap path first: a session-level
+  -- exclusive try-lock never queues; granted, it proves H empty, and it is
+  -- released in the same expression (CASE fixes the order).
+  IF p_try_lock THEN
+    v_free := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})
+                   THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;
+  END IF;
+  IF v_free THEN
+    v_h := '{}';
+    v_path := 'try_lock';
+  ELSE
+    SELECT coalesce(pg_catalog.array_agg(l.virtualtransaction ORDER BY l.virtualtransaction), '{}'),
+           coalesce(pg_catalog.bool_or(l.pid IS NULL), false)
+      INTO v_h, v_orphan
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory'
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND l.classid = ((({{fence_key}}) >> 32) & 4294967295)::oid
+       AND l.objid = (({{fence_key}}) & 4294967295)::oid
+       AND l.objsubid = 1
+       AND l.mode = 'ShareLock'
+       AND l.granted;
+    v_path := 'pg_locks';
+  END IF;
+
+  -- (3) The identity's conditions, with a snapshot taken after H: CACHE 1
+  -- (a session cache hands out numbers below S later), increasing, no
+  -- cycle. Any ALTER SEQUENCE gives it a new relfilenode.
+  SELECT c.relfilenode, s.seqcache, s.seqincrement, s.seqcycle
+    INTO v_file, v_cache, v_inc, v_cycle
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_sequence s ON s.seqrelid = c.oid
+   WHERE c.oid = '{{schema}}.events_seq_seq'::regclass;
+  IF v_cache <> 1 OR v_inc <= 0 OR v_cycle THEN
+    RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq must be CACHE 1, INCREMENT > 0, NO CYCLE (it is CACHE %, INCREMENT %, %)',
+      '{{schema}}', v_cache, v_inc, CASE WHEN v_cycle THEN 'CYCLE' ELSE 'NO CYCLE' END
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            DETAIL = 'A cached or cycling sequence can hand out a number below one already seen. Nothing was published.',
+            HINT = 'ALTER SEQUENCE ' || '{{schema}}' || '.events_seq_seq CACHE 1 INCREMENT 1 NO CYCLE';
+  END IF;
+
+  IF v_file IS DISTINCT FROM w.seq_filenode THEN
+    -- ALTER SEQUENCE ran since the candidates (and this step's S) were
+    -- taken, maybe under another CACHE: drop them all, publish nothing.
+    v_cands := '{}';
+  ELSIF pg_catalog.cardinality(v_h) = 0 THEN
+    -- No writer in flight: every seq <= S has ended.
+    v_publish := v_s;
+    v_cands := '{}';
+  ELSE
+    -- A holder with no backend (a prepared transaction) may have held the
+    -- fence under another virtualtransaction id before PREPARE: it blocks
+    -- every candidate until it resolves.
+    IF NOT v_orphan THEN
+      -- Oldest first. A candidate is safe once none of its holders remains.
+      -- Publishable candidates form a prefix: a holder still present now
+      -- was present at every later candidate too.
+      WHILE v_keep <= pg_catalog.cardinality(v_cands) AND NOT ((v_cands[v_keep]).holders && v_h) LOOP
+        v_publish := (v_cands[v_keep]).seq;
+        v_keep := v_keep + 1;
+      END LOOP;
+      v_cands := v_cands[v_keep:];
+    END IF;
+    -- Remember (S, H), unless the newest candidate already covers S (an
+    -- older observation of the same S clears no later than a newer one).
+    -- At most 32: when full, the newest slot takes the latest observation.
+    IF pg_catalog.cardinality(v_cands) = 0 OR (v_cands[pg_catalog.cardinality(v_cands)]).seq < v_s THEN
+      IF pg_catalog.cardinality(v_cands) >= 32 THEN
+        v_cands := v_cands[1:31];
+      END IF;
+      v_cands := v_cands || ROW(v_s, v_h, pg_catalog.clock_timestamp())::{{schema}}.watermark_candidate;
+    END IF;
+  END IF;
+
+  IF v_publish > w.safe_seq
+     OR v_cands IS DISTINCT FROM w.candidates
+     OR w.candidates_epoch IS DISTINCT FROM v_epoch
+     OR w.seq_filenode IS DISTINCT FROM v_file THEN
+    IF NOT p_synchronous_commit THEN
+      -- Safe: a publication lost in a crash only hides events (PROTOCOL.md).
+      PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+    END IF;
+    -- Never wait for the row: an operator's SELECT ... FOR UPDATE makes
+    -- this step a 'row_locked' outcome, not a stall.
+    PERFORM 1 FROM {{schema}}.watermark FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+      RETURN QUERY SELECT 'row_locked', w.safe_seq, w.safe_seq, v_s,
+        pg_catalog.cardinality(v_h), pg_catalog.cardinality(w.candidates), v_path,
+        (w.candidates[1]).taken_at, w.lease_owner, w.lease_expires_at;
+      RETURN;
+    END IF;
+    -- Monotonic, and only under a lease still live now that the row is ours.
+    UPDATE {{schema}}.watermark x
+       SET safe_seq = greatest(x.safe_seq, coalesce(v_publish, 0)),
+           updated_at = CASE WHEN v_publish > x.safe_seq THEN pg_catalog.clock_timestamp() ELSE x.updated_at END,
+           candidates = v_cands,
+           candidates_epoch = v_epoch,
+           seq_filenode = v_file
+     WHERE x.lease_owner = p_owner AND x.lease_expires_at > pg_catalog.clock_timestamp()
+    RETURNING x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires;
+    IF NOT FOUND THEN
+      SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires FROM {{schema}}.watermark x;
+      RETURN QUERY SELECT 'not_leader', v_new, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
+        pg_catalog.cardinality(w.candidates), v_path, NULL::timestamptz, v_owner, v_expires;
+      RETURN;
+    END IF;
+    IF v_new > w.safe_seq THEN
+      -- Sent at this transaction's commit, with the publication.
+      PERFORM pg_catalog.pg_notify({{notify_channel}}, v_new::text);
+      RETURN QUERY SELECT 'advanced', v_new, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
+        pg_catalog.cardinality(v_cands), v_path, (v_cands[1]).taken_at, v_owner, v_expires;
+      RETURN;
+    END IF;
+  END IF;
+  RETURN QUERY SELECT 'pending', w.safe_seq, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
+    pg_catalog.cardinality(v_cands), v_path, (v_cands[1]).taken_at, w.lease_owner, w.lease_expires_at;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION {{schema}}.watermark_step(text, boolean, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.acquire_lease(text, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.release_lease(text) FROM PUBLIC;
+
+-- The step loop, inside PostgreSQL: any client runs it with
+--   CALL {{schema}}.run_watermarker('my-owner-name');
+-- outside a transaction block (it commits every step) and in READ
+-- COMMITTED. As a standby it tries for the lease every p_lease_renew_ms;
+-- as the leader it steps, commits, renews the lease, and sleeps between
+-- steps: p_poll_min_ms while events flow (and p_idle_grace_ms after the
+-- last publication), doubling to p_poll_max_ms while idle, and a quarter of
+-- the oldest pending candidate's age (within those bounds) while writers
+-- hold one back. It returns a summary after p_run_ms ('timeout'), as a
+-- standby at that time ('standby'), or when the lease is gone ('released':
+-- someone called release_lease, the stop request; 'lease_lost': another
+-- owner holds it). step_us_hist[i] counts steps whose time t (microseconds,
+-- COMMIT included) has floor(20 * ln(t)) = i - 1.
+CREATE PROCEDURE {{schema}}.run_watermarker(
+  p_owner text,
+  p_run_ms integer DEFAULT 60000,
+  p_lease_ttl_ms integer DEFAULT 10000,
+  p_lease_renew_ms integer DEFAULT NULL,
+  p_poll_min_ms integer DEFAULT 1,
+  p_poll_max_ms integer DEFAULT 100,
+  p_idle_grace_ms integer DEFAULT 1000,
+  p_synchronous_commit boolean DEFAULT false,
+  p_try_lock boolean DEFAULT true,
+  INOUT reason text DEFAULT NULL,
+  INOUT steps bigint DEFAULT NULL,
+  INOUT advanced bigint DEFAULT NULL,
+  INOUT pending bigint DEFAULT NULL,
+  INOUT idle bigint DEFAULT NULL,
+  INOUT row_locked bigint DEFAULT NULL,
+  INOUT try_lock_reads bigint DEFAULT NULL,
+  INOUT pg_locks_reads bigint DEFAULT NULL,
+  INOUT step_us_total double precision DEFAULT NULL,
+  INOUT step_us_max double precision DEFAULT NULL,
+  INOUT step_us_hist integer[] DEFAULT NULL,
+  INOUT safe_seq bigint DEFAULT NULL,
+  INOUT leader boolean DEFAULT NULL,
+  INOUT lease_owner text DEFAULT NULL,
+  INOUT lease_expires_at timestamptz DEFAULT NULL,
+  INOUT oldest_pending_at timestamptz DEFAULT NULL
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+  v_renew_ms integer := coalesce(p_lease_renew_ms, p_lease_ttl_ms / 3);
+  v_deadline timestamptz;
+  v_renew_at timestamptz;
+  v_wake timestamptz;
+  v_last_advance timestamptz;
+  v_delay_ms double precision := p_poll_min_ms;
+  v_t0 timestamptz;
+  v_us double precision;
+  v_idx integer;
+  r record;
+BEGIN
+  IF p_owner IS NULL OR p_owner = '' THEN
+    RAISE EXCEPTION 'run_watermarker: p_owner must name this instance' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF p_run_ms IS NULL OR p_run_ms < 0 OR p_lease_ttl_ms IS NULL OR p_lease_ttl_ms < 20
+     OR v_renew_ms < 1 OR v_renew_ms * 2 >= p_lease_ttl_ms
+     OR p_poll_min_ms IS NULL OR p_poll_min_ms < 0 OR p_poll_max_ms IS NULL OR p_poll_max_ms < p_poll_min_ms
+     OR p_idle_grace_ms IS NULL OR p_idle_grace_ms < 0 THEN
+    RAISE EXCEPTION 'run_watermarker: invalid timing (run % ms, lease ttl % ms, renew % ms, poll % to % ms, idle grace % ms)',
+      p_run_ms, p_lease_ttl_ms, v_renew_ms, p_poll_min_ms, p_poll_max_ms, p_idle_grace_ms
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 0 <= poll_min <= poll_max, idle grace >= 0.';
+  END IF;
+  steps := 0; advanced := 0; pending := 0; idle := 0; row_locked := 0;
+  try_lock_reads := 0; pg_locks_reads := 0; step_us_total := 0; step_us_max := 0;
+  step_us_hist := pg_catalog.array_fill(0, ARRAY[1]);  -- lower bound 1; grows as needed
+  v_deadline := pg_catalog.clock_timestamp() + p_run_ms * interval '1 millisecond';
+
+  -- A standby tries for the lease every renewal interval until p_run_ms.
+  LOOP
+    SELECT * INTO r FROM {{schema}}.acquire_lease(p_owner, p_lease_ttl_ms);
+    COMMIT;
+    leader := r.held;
+    lease_owner := r.lease_owner;
+    lease_expires_at := r.lease_expires_at;
+    EXIT WHEN leader;
+    IF pg_catalog.clock_timestamp() >= v_deadline THEN
+      reason := 'standby';
+      SELECT x.safe_seq INTO safe_seq FROM {{schema}}.watermark x;
+      RETURN;
+    END IF;
+    -- Sleep until the next attempt in pieces of at most p_poll_max_ms (and
+    -- 10 ms at least): a statement holds a snapshot while it runs, so a
+    -- sleeping loop holds back the xmin horizon by no more than that.
+    v_wake := least(pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond', v_deadline);
+    WHILE pg_catalog.clock_timestamp() < v_wake LOOP
+      PERFORM pg_catalog.pg_sleep(least(extract(epoch FROM v_wake - pg_catalog.clock_timestamp()),
+                                        greatest(p_poll_max_ms, 10) / 1000.0));
+    END LOOP;
+  END LOOP;
+  v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
+
+  LOOP
+    v_t0 := pg_catalog.clock_timestamp();
+    IF v_t0 >= v_renew_at THEN
+      -- Renew only a lease this owner still holds: after release_lease (the
+      -- stop request) or a takeover this finds no row and the loop ends.
+      -- A row held by another session is skipped, and renewed next step.
+      UPDATE {{schema}}.watermark x
+         SET lease_expires_at = pg_catalog.clock_timestamp() + p_lease_ttl_ms * interval '1 millisecond'
+       WHERE x.lease_owner = p_owner
+         AND x.id IN (SELECT y.id FROM {{schema}}.watermark y WHERE y.lease_owner = p_owner FOR NO KEY UPDATE SKIP LOCKED)
+      RETURNING x.lease_expires_at INTO lease_expires_at;
+      IF FOUND THEN
+        v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
+      ELSIF NOT EXISTS (SELECT 1 FROM {{schema}}.watermark x WHERE x.lease_owner = p_owner) THEN
+        COMMIT;
+        SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO safe_seq, lease_owner, lease_expires_at FROM {{schema}}.watermark x;
+        leader := false;
+        reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
+        EXIT;
+      END IF;
+    END IF;
+
+    SELECT * INTO r FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, p_try_lock);
+    COMMIT;
+    v_us := extract(epoch FROM pg_catalog.clock_timestamp() - v_t0) * 1e6;
+    steps := steps + 1;
+    step_us_total := step_us_total + v_us;
+    step_us_max := greatest(step_us_max, v_us);
+    v_idx := greatest(1, floor(20 * ln(greatest(v_us, 1)))::integer + 1);
+    step_us_hist[v_idx] := coalesce(step_us_hist[v_idx], 0) + 1;
+    safe_seq := r.safe_seq;
+    lease_owner := r.lease_owner;
+    lease_expires_at := r.lease_expires_at;
+    oldest_pending_at := r.oldest_pending_at;
+    IF r.holder_path = 'try_lock' THEN try_lock_reads := try_lock_reads + 1;
+    ELSIF r.holder_path = 'pg_locks' THEN pg_locks_reads := pg_locks_reads + 1;
+    END IF;
+
+    CASE r.outcome
+      WHEN 'advanced' THEN
+        advanced := advanced + 1;
+        v_last_advance := pg_catalog.clock_timestamp();
+        v_delay_ms := p_poll_min_ms;
+      WHEN 'pending' THEN
+        pending := pending + 1;
+        -- Writers hold a candidate back: step at a quarter of its age, so a
+        -- long writer costs few lock reads and delays the publication after
+        -- its commit by at most a quarter of its wait (and p_poll_max_ms).
+        v_delay_ms := least(p_poll_max_ms::float8, greatest(p_poll_min_ms::float8,
+          coalesce(extract(epoch FROM pg_catalog.clock_timestamp() - r.oldest_pending_at) * 250, 0)));
+      WHEN 'idle' THEN
+        idle := idle + 1;
+        v_delay_ms := CASE
+          WHEN pg_catalog.clock_timestamp() < v_last_advance + p_idle_grace_ms * interval '1 millisecond' THEN p_poll_min_ms
+          ELSE least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1)) END;
+      WHEN 'row_locked' THEN
+        row_locked := row_locked + 1;
+        v_delay_ms := least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1));
+      ELSE
+        -- not_leader: the lease was taken over or released.
+        leader := false;
+        reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
+        EXIT;
+    END CASE;
+
+    IF pg_catalog.clock_timestamp() >= v_deadline THEN
+      reason := 'timeout';
+      EXIT;
+    END IF;
+    IF v_delay_ms > 0 THEN
+      PERFORM pg_catalog.pg_sleep(v_delay_ms / 1000);
+    END IF;
+  END LOOP;
+  -- Buckets no step fell in are NULL after the array grew past them.
+  step_us_hist := pg_catalog.array_replace(step_us_hist, NULL, 0);
+END
+$$;
+
+REVOKE EXECUTE ON PROCEDURE {{schema}}.run_watermarker(text, integer, integer, integer, integer, integer, integer, boolean, boolean,
+  text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, double precision, double precision, integer[], bigint, boolean,
+  text, timestamptz, timestamptz) FROM PUBLIC;
+
+-- The writers safe_seq waits for, for operators: the holders of the oldest
+-- pending candidate still in flight, plus every prepared transaction that
+-- holds the fence (they block every candidate). Empty when nothing waits.
+CREATE FUNCTION {{schema}}.blocking_writers()
+RETURNS TABLE (
+  pid                integer,
+  virtualtransaction text,
+  application_name   text,
+  client_addr        inet,
+  xact_start         timestamptz,
+  age_seconds        double precision,
+  state              text,
+  query              text,
+  prepared_gid       text,
+  pending_seq        bigint,
+  waiting_since      timestamptz
+)
+LANGUAGE sql VOLATILE AS $$
+  WITH oldest AS (
+    SELECT c.seq, c.holders, c.taken_at
+      FROM {{schema}}.watermark w, pg_catalog.unnest(w.candidates) WITH ORDINALITY AS c(seq, holders, taken_at, n)
+     WHERE w.candidates_epoch = pg_catalog.pg_postmaster_start_time() AND c.seq > w.safe_seq
+     ORDER BY c.n LIMIT 1),
+  locks AS MATERIALIZED (
+    SELECT l.locktype, l.virtualtransaction, l.pid, l.transactionid, l.classid, l.objid, l.objsubid, l.mode, l.granted
+      FROM pg_catalog.pg_locks l
+     WHERE l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        OR l.locktype = 'transactionid'),
+  holders AS (
+    SELECT l.pid, l.virtualtransaction
+      FROM locks l, oldest o
+     WHERE l.locktype = 'advisory'
+       AND l.classid = ((({{fence_key}}) >> 32) & 4294967295)::oid
+       AND l.objid = (({{fence_key}}) & 4294967295)::oid
+       AND l.objsubid = 1 AND l.mode = 'ShareLock' AND l.granted
+       AND (l.virtualtransaction = ANY (o.holders) OR l.pid IS NULL))
+  SELECT h.pid, h.virtualtransaction, a.application_name, a.client_addr,
+         coalesce(a.xact_start, p.prepared),
+         extract(epoch FROM pg_catalog.clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8,
+         CASE WHEN h.pid IS NULL THEN 'prepared' ELSE a.state END,
+         CASE WHEN h.pid IS NULL THEN NULL ELSE pg_catalog.left(a.query, 200) END,
+         p.gid, o.seq, o.taken_at
+    FROM holders h CROSS JOIN oldest o
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+    LEFT JOIN locks x ON h.pid IS NULL AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'
+                     AND x.virtualtransaction = h.virtualtransaction
+    LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = x.transactionid
+   ORDER BY 5 NULLS LAST, 1
+$$;
+
+REVOKE EXECUTE ON FUNCTION {{schema}}.blocking_writers() FROM PUBLIC;
+
+-- The previous step signature, kept for a watermarker of the previous
+-- version during a rolling upgrade: it now observes too (it no longer waits
+-- for the fence). 'pending' and 'row_locked' read as its 'busy'.
+CREATE OR REPLACE FUNCTION {{schema}}.watermark_step(
+  p_owner text,
+  p_block boolean,
+  p_lock_timeout_ms integer,
+  p_synchronous_commit boolean,
+  p_row_lock_timeout_ms integer
+) RETURNS TABLE (
+  outcome          text,
+  safe_seq         bigint,
+  prior_seq        bigint,
+  max_seq          bigint,
+  wait_us          double precision,
+  hold_us          double precision,
+  lease_owner      text,
+  lease_expires_at timestamptz
+)
+LANGUAGE sql VOLATILE AS $$
+  SELECT CASE WHEN s.outcome IN ('pending', 'row_locked') THEN 'busy' ELSE s.outcome END,
+         s.safe_seq, s.prior_seq, s.last_seq, 0::float8, 0::float8, s.lease_owner, s.lease_expires_at
+    FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, true) s
+$$;
