@@ -1,0 +1,171 @@
+/**
+ * Mutation check of the protocol's tests (`npm run mutate`): for each
+ * mutant, a copy of the working tree with one step of the protocol broken
+ * on purpose runs the tests that guard that step, and those tests must
+ * fail. A mutant that survives means a test asserts less than it says.
+ * Uses DATABASE_URL when set (like `npm test`), else the embedded server.
+ *
+ *   npm run mutate                      every mutant
+ *   npm run mutate -- holder-check      the mutants whose id contains a filter
+ */
+import { spawn, execFileSync } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+
+interface Mutant {
+  id: string;
+  /** What the mutant breaks, in the words of docs/PROTOCOL.md. */
+  what: string;
+  file: string;
+  find: string;
+  replace: string;
+  /** Test file filters that must catch it. */
+  tests: string[];
+}
+
+const STEP = 'sql/migrations/0004_observe_step.sql';
+
+const MUTANTS: Mutant[] = [
+  {
+    id: 'holder-check',
+    what: 'publish S without the holder check',
+    file: STEP,
+    find: 'ELSIF pg_catalog.cardinality(v_h) = 0 THEN',
+    replace: 'ELSIF true THEN',
+    tests: ['watermark/step', 'race/savepoints', 'race/torture', 'consumer/tail'],
+  },
+  {
+    id: 'candidate-holders',
+    what: 'publish a remembered observation while its writers still run',
+    file: STEP,
+    find: ' AND NOT ((v_cands[v_keep]).holders && v_h)',
+    replace: '',
+    tests: ['watermark/step', 'race/savepoints', 'race/torture'],
+  },
+  {
+    id: 'orphan-rule',
+    what: 'let a holder without a backend (a prepared transaction) clear observations',
+    file: STEP,
+    find: 'IF NOT v_orphan THEN',
+    replace: 'IF true THEN',
+    tests: ['faults/prepared-restart'],
+  },
+  {
+    id: 'epoch',
+    what: 'keep observations of another server lifetime',
+    file: STEP,
+    find: "CASE WHEN w.candidates_epoch IS NOT DISTINCT FROM v_epoch THEN w.candidates ELSE '{}' END",
+    replace: 'w.candidates',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'cache-check',
+    what: 'step under a sequence with CACHE > 1',
+    file: STEP,
+    find: 'IF v_cache <> 1 OR v_inc <= 0 OR v_cycle THEN',
+    replace: 'IF false THEN',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'filenode',
+    what: 'keep observations across ALTER SEQUENCE',
+    file: STEP,
+    find: 'IF v_file IS DISTINCT FROM w.seq_filenode THEN',
+    replace: 'IF false THEN',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'rewind',
+    what: 'step after the sequence was set back below safe_seq',
+    file: STEP,
+    find: 'IF v_s < w.safe_seq THEN',
+    replace: 'IF false THEN',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'try-lock-release',
+    what: 'leave the try-lock held',
+    file: STEP,
+    find: 'THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
+    replace: 'THEN true ELSE false END;',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'notify',
+    what: 'publish without the NOTIFY',
+    file: STEP,
+    find: 'PERFORM pg_catalog.pg_notify({{notify_channel}}, v_new::text);',
+    replace: 'NULL;',
+    tests: ['watermark/step', 'consumer/listener'],
+  },
+  {
+    id: 'open-transaction',
+    what: 'step on a pooled connection left inside a transaction',
+    file: 'src/watermark/watermarker.ts',
+    find: '${OPEN_TRANSACTION_CHECK}; ',
+    replace: 'SELECT 1; ',
+    tests: ['watermark/step'],
+  },
+];
+
+const root = new URL('../../', import.meta.url).pathname;
+
+async function copyTree(into: string): Promise<void> {
+  const files = execFileSync('git', ['ls-files', '-co', '--exclude-standard'], { cwd: root, encoding: 'utf8' }).split('\n').filter(Boolean);
+  for (const file of files) {
+    await mkdir(dirname(join(into, file)), { recursive: true });
+    await cp(join(root, file), join(into, file)).catch(() => undefined); // deleted but still listed
+  }
+  await symlink(join(root, 'node_modules'), join(into, 'node_modules'));
+}
+
+function runTests(cwd: string, filters: string[]): Promise<{ code: number; failed: string[] }> {
+  return new Promise((resolve) => {
+    let out = '';
+    // A mutant that makes writers wait forever fails by timeout: keep it short.
+    const env = { ...process.env, TIDEMARK_TEST_TIMEOUT_MS: '60000' };
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/run.ts', ...filters], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('exit', (code) => {
+      const failed = [...new Set(out.split('\n').filter((l) => /^✖ (?!failing tests)/.test(l)).map((l) => l.replace(/^✖ /, '').replace(/ \(\d.*$/, '')))];
+      resolve({ code: code ?? 1, failed });
+    });
+  });
+}
+
+async function main(): Promise<number> {
+  const filters = process.argv.slice(2);
+  const mutants = MUTANTS.filter((m) => filters.length === 0 || filters.some((f) => m.id.includes(f)));
+  let survivors = 0;
+  for (const m of mutants) {
+    const dir = await mkdtemp(join(tmpdir(), `tidemark-mutant-${m.id}-`));
+    try {
+      await copyTree(dir);
+      const path = join(dir, m.file);
+      const text = await readFile(path, 'utf8');
+      const at = text.split(m.find).length - 1;
+      if (at !== 1) throw new Error(`mutant ${m.id}: expected the text once in ${m.file}, found it ${at} times`);
+      await writeFile(path, text.replace(m.find, m.replace));
+      const started = Date.now();
+      const { code, failed } = await runTests(dir, m.tests);
+      const killed = code !== 0 && failed.length > 0;
+      if (!killed) survivors += 1;
+      console.log(`${killed ? 'killed  ' : 'SURVIVED'} ${m.id.padEnd(18)} ${m.what} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+      for (const name of failed) console.log(`           failed: ${name}`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  console.log(`${mutants.length - survivors} of ${mutants.length} mutants killed`);
+  return survivors === 0 ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
