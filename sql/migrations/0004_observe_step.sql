@@ -23,15 +23,20 @@ CREATE TYPE {{schema}}.watermark_candidate AS (
 -- observations of earlier steps. They are valid only within the server
 -- lifetime (candidates_epoch) and the sequence file (seq_filenode) they
 -- were taken in.
+-- seq_high, the highest identity value a step has seen, tells a sequence
+-- set back (setval, RESTART) since then: every remembered observation is
+-- at or below it.
 ALTER TABLE {{schema}}.watermark
   ADD COLUMN candidates {{schema}}.watermark_candidate[] NOT NULL DEFAULT '{}',
   ADD COLUMN candidates_epoch timestamptz,
-  ADD COLUMN seq_filenode oid;
+  ADD COLUMN seq_filenode oid,
+  ADD COLUMN seq_high bigint NOT NULL DEFAULT 0;
 
 UPDATE {{schema}}.watermark
    SET candidates_epoch = pg_catalog.pg_postmaster_start_time(),
        seq_filenode = (SELECT c.relfilenode FROM pg_catalog.pg_class c
-                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass);
+                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass),
+       seq_high = coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
 
 -- The lease, acquired or renewed, in one statement: a standby's attempt
 -- against a live lease matches no row, so it takes no row lock.
@@ -62,15 +67,19 @@ $$;
 
 -- One watermark step. Run it in READ COMMITTED, in a transaction of its own
 -- (a single autocommit statement will do); it publishes and NOTIFYs in that
--- transaction's commit. Never blocks a writer; waits for no lock but DDL.
+-- transaction's commit. It never queues ahead of writers (a granted
+-- try-lock is held for the microseconds between two function calls) and
+-- waits for no lock but DDL.
 --
 -- Outcomes: 'advanced' (published a higher safe_seq), 'pending' (events
 -- above safe_seq wait for writers still in flight), 'idle' (nothing drawn
 -- above safe_seq: no lock read, no write), 'row_locked' (another session
--- holds the watermark row: nothing written), 'not_leader' (p_owner holds no
+-- holds the watermark row: nothing written), 'rewound' (the sequence was
+-- set back since an earlier step: every remembered observation was dropped,
+-- nothing published, and a WARNING raised), 'not_leader' (p_owner holds no
 -- live lease). holder_path says how the in-flight writers were learned:
 -- 'try_lock' (an exclusive try-lock, released at once, proved there are
--- none) or 'pg_locks'.
+-- none) or 'pg_locks' (holder_read_us: how long that read took).
 CREATE FUNCTION {{schema}}.watermark_step(
   p_owner text,
   p_synchronous_commit boolean DEFAULT false,
@@ -83,6 +92,7 @@ CREATE FUNCTION {{schema}}.watermark_step(
   holders           integer,
   pending           integer,
   holder_path       text,
+  holder_read_us    double precision,
   oldest_pending_at timestamptz,
   lease_owner       text,
   lease_expires_at  timestamptz
@@ -98,6 +108,11 @@ DECLARE
   v_orphan   boolean := false;
   v_free     boolean := false;
   v_path     text;
+  v_read_us  double precision;
+  v_t        timestamptz;
+  v_rewound  boolean := false;
+  v_drop     integer;
+  v_gap      interval;
   v_file     oid;
   v_cache    bigint;
   v_inc      bigint;
@@ -116,7 +131,7 @@ BEGIN
       USING ERRCODE = 'invalid_transaction_state';
   END IF;
 
-  SELECT x.safe_seq, x.lease_owner, x.lease_expires_at, x.candidates, x.candidates_epoch, x.seq_filenode
+  SELECT x.safe_seq, x.lease_owner, x.lease_expires_at, x.candidates, x.candidates_epoch, x.seq_filenode, x.seq_high
     INTO w FROM {{schema}}.watermark x;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'tidemark watermark row is missing in %; was the schema migrated?', '{{schema}}'
@@ -124,7 +139,7 @@ BEGIN
   END IF;
   IF w.lease_owner IS DISTINCT FROM p_owner OR w.lease_expires_at <= pg_catalog.clock_timestamp() THEN
     RETURN QUERY SELECT 'not_leader', w.safe_seq, w.safe_seq, NULL::bigint, NULL::integer,
-      pg_catalog.cardinality(w.candidates), NULL::text, NULL::timestamptz, w.lease_owner, w.lease_expires_at;
+      pg_catalog.cardinality(w.candidates), NULL::text, NULL::float8, NULL::timestamptz, w.lease_owner, w.lease_expires_at;
     RETURN;
   END IF;
   -- Candidates of another server lifetime are void: after a restart, a
@@ -135,16 +150,30 @@ BEGIN
   -- the shared fence before drawing it. pg_sequence_last_value reads the
   -- tuple under the buffer lock (a plain SELECT from the sequence may pair
   -- a torn last_value and is_called); NULL while nothing was drawn.
-  v_s := coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
-  IF v_s < w.safe_seq THEN
+  v_s := pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass);
+  IF v_s IS NULL THEN
+    -- PostgreSQL 18 answers NULL, instead of an error, to a role that may
+    -- not read the sequence: that must not read as "nothing drawn".
+    IF NOT pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN
+      RAISE EXCEPTION 'tidemark: role % may not read the identity sequence %.events_seq_seq', current_user, '{{schema}}'
+        USING ERRCODE = 'insufficient_privilege', HINT = 'Run the watermarker as the owner of the tidemark schema.';
+    END IF;
+    v_s := 0;
+  END IF;
+  IF v_s < w.seq_high THEN
+    -- Set back since a step saw seq_high: writers may draw numbers again
+    -- that some remembered observation covers without their being in its
+    -- holders. Drop them all; start again from what this step sees.
+    v_rewound := true;
+    v_cands := '{}';
+  ELSIF v_s < w.safe_seq THEN
     RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq is at %, below safe_seq %', '{{schema}}', v_s, w.safe_seq
       USING ERRCODE = 'object_not_in_prerequisite_state',
-            DETAIL = 'It was set back (setval, ALTER SEQUENCE ... RESTART, TRUNCATE ... RESTART IDENTITY) and would hand out published numbers again. Nothing was published.',
-            HINT = 'Move it back above safe_seq with setval, and never rewind it.';
-  END IF;
-  IF v_s = w.safe_seq THEN
+            DETAIL = 'It was set back (setval, ALTER SEQUENCE ... RESTART, TRUNCATE ... RESTART IDENTITY) and hands out published numbers again: consumers already past them skip those events. Nothing was published.',
+            HINT = 'Set it to at least safe_seq with setval (events appended since the rewind at or below safe_seq need a consumer resync), and never set it back.';
+  ELSIF v_s = w.safe_seq THEN
     -- Nothing drawn above safe_seq: no lock read, nothing written.
-    RETURN QUERY SELECT 'idle', w.safe_seq, w.safe_seq, v_s, NULL::integer, 0, NULL::text,
+    RETURN QUERY SELECT 'idle', w.safe_seq, w.safe_seq, v_s, NULL::integer, 0, NULL::text, NULL::float8,
       NULL::timestamptz, w.lease_owner, w.lease_expires_at;
     RETURN;
   END IF;
@@ -155,14 +184,19 @@ BEGIN
   -- proc array (visible if committed). Cheap path first: a session-level
   -- exclusive try-lock never queues; granted, it proves H empty, and it is
   -- released in the same expression (CASE fixes the order).
-  IF p_try_lock THEN
+  IF p_try_lock AND NOT v_rewound THEN
     v_free := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})
                    THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;
   END IF;
-  IF v_free THEN
+  IF v_rewound THEN
+    v_h := '{}';
+  ELSIF v_free THEN
     v_h := '{}';
     v_path := 'try_lock';
   ELSE
+    -- Holds every lock-manager partition while it copies the lock table:
+    -- the loop spaces these reads by their duration (run_watermarker).
+    v_t := pg_catalog.clock_timestamp();
     SELECT coalesce(pg_catalog.array_agg(l.virtualtransaction ORDER BY l.virtualtransaction), '{}'),
            coalesce(pg_catalog.bool_or(l.pid IS NULL), false)
       INTO v_h, v_orphan
@@ -175,6 +209,7 @@ BEGIN
        AND l.mode = 'ShareLock'
        AND l.granted;
     v_path := 'pg_locks';
+    v_read_us := extract(epoch FROM pg_catalog.clock_timestamp() - v_t) * 1e6;
   END IF;
 
   -- (3) The identity's conditions, with a snapshot taken after H: CACHE 1
@@ -192,7 +227,9 @@ BEGIN
             HINT = 'ALTER SEQUENCE ' || '{{schema}}' || '.events_seq_seq CACHE 1 INCREMENT 1 NO CYCLE';
   END IF;
 
-  IF v_file IS DISTINCT FROM w.seq_filenode THEN
+  IF v_rewound THEN
+    NULL;  -- publish nothing; remember nothing taken before the rewind
+  ELSIF v_file IS DISTINCT FROM w.seq_filenode THEN
     -- ALTER SEQUENCE ran since the candidates (and this step's S) were
     -- taken, maybe under another CACHE: drop them all, publish nothing.
     v_cands := '{}';
@@ -216,16 +253,27 @@ BEGIN
     END IF;
     -- Remember (S, H), unless the newest candidate already covers S (an
     -- older observation of the same S clears no later than a newer one).
-    -- At most 32: when full, the newest slot takes the latest observation.
+    -- At most 32: when full, drop the inner one whose neighbours are
+    -- closest in time, so those kept stay spread over the wait (dropping
+    -- any candidate is safe: it only delays).
     IF pg_catalog.cardinality(v_cands) = 0 OR (v_cands[pg_catalog.cardinality(v_cands)]).seq < v_s THEN
       IF pg_catalog.cardinality(v_cands) >= 32 THEN
-        v_cands := v_cands[1:31];
+        v_drop := 2;
+        FOR i IN 2 .. pg_catalog.cardinality(v_cands) - 1 LOOP
+          IF v_gap IS NULL OR (v_cands[i + 1]).taken_at - (v_cands[i - 1]).taken_at < v_gap THEN
+            v_gap := (v_cands[i + 1]).taken_at - (v_cands[i - 1]).taken_at;
+            v_drop := i;
+          END IF;
+        END LOOP;
+        v_cands := v_cands[1:v_drop - 1] || v_cands[v_drop + 1:];
       END IF;
       v_cands := v_cands || ROW(v_s, v_h, pg_catalog.clock_timestamp())::{{schema}}.watermark_candidate;
     END IF;
   END IF;
 
   IF v_publish > w.safe_seq
+     OR v_rewound
+     OR v_s > w.seq_high
      OR v_cands IS DISTINCT FROM w.candidates
      OR w.candidates_epoch IS DISTINCT FROM v_epoch
      OR w.seq_filenode IS DISTINCT FROM v_file THEN
@@ -238,7 +286,7 @@ BEGIN
     PERFORM 1 FROM {{schema}}.watermark FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
       RETURN QUERY SELECT 'row_locked', w.safe_seq, w.safe_seq, v_s,
-        pg_catalog.cardinality(v_h), pg_catalog.cardinality(w.candidates), v_path,
+        pg_catalog.cardinality(v_h), pg_catalog.cardinality(w.candidates), v_path, v_read_us,
         (w.candidates[1]).taken_at, w.lease_owner, w.lease_expires_at;
       RETURN;
     END IF;
@@ -248,25 +296,38 @@ BEGIN
            updated_at = CASE WHEN v_publish > x.safe_seq THEN pg_catalog.clock_timestamp() ELSE x.updated_at END,
            candidates = v_cands,
            candidates_epoch = v_epoch,
-           seq_filenode = v_file
+           seq_filenode = coalesce(v_file, x.seq_filenode),
+           seq_high = CASE WHEN v_rewound THEN v_s ELSE greatest(x.seq_high, v_s) END
      WHERE x.lease_owner = p_owner AND x.lease_expires_at > pg_catalog.clock_timestamp()
     RETURNING x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires;
     IF NOT FOUND THEN
       SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires FROM {{schema}}.watermark x;
       RETURN QUERY SELECT 'not_leader', v_new, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
-        pg_catalog.cardinality(w.candidates), v_path, NULL::timestamptz, v_owner, v_expires;
+        pg_catalog.cardinality(w.candidates), v_path, v_read_us, NULL::timestamptz, v_owner, v_expires;
+      RETURN;
+    END IF;
+    IF v_rewound THEN
+      RAISE WARNING 'tidemark: the identity sequence %.events_seq_seq went back from % to %; remembered observations were dropped', '{{schema}}', w.seq_high, v_s
+        USING DETAIL = 'Something set it back (setval, ALTER SEQUENCE ... RESTART, TRUNCATE ... RESTART IDENTITY). Nothing was published by this step.',
+              HINT = 'Never set the identity back: a rewind undone before the next step goes unnoticed and can lose events.';
+      RETURN QUERY SELECT 'rewound', v_new, w.safe_seq, v_s, 0, 0, NULL::text, NULL::float8, NULL::timestamptz, v_owner, v_expires;
       RETURN;
     END IF;
     IF v_new > w.safe_seq THEN
-      -- Sent at this transaction's commit, with the publication.
-      PERFORM pg_catalog.pg_notify({{notify_channel}}, v_new::text);
+      -- Sent at this transaction's commit, with the publication. Only a
+      -- hint: skipped when the cluster's notification queue is half full (a
+      -- listener stuck in a transaction anywhere), since a full queue would
+      -- make this commit, and so the publication, fail.
+      IF pg_catalog.pg_notification_queue_usage() < 0.5 THEN
+        PERFORM pg_catalog.pg_notify({{notify_channel}}, v_new::text);
+      END IF;
       RETURN QUERY SELECT 'advanced', v_new, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
-        pg_catalog.cardinality(v_cands), v_path, (v_cands[1]).taken_at, v_owner, v_expires;
+        pg_catalog.cardinality(v_cands), v_path, v_read_us, (v_cands[1]).taken_at, v_owner, v_expires;
       RETURN;
     END IF;
   END IF;
   RETURN QUERY SELECT 'pending', w.safe_seq, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
-    pg_catalog.cardinality(v_cands), v_path, (v_cands[1]).taken_at, w.lease_owner, w.lease_expires_at;
+    pg_catalog.cardinality(v_cands), v_path, v_read_us, (v_cands[1]).taken_at, w.lease_owner, w.lease_expires_at;
 END
 $$;
 
@@ -282,11 +343,15 @@ REVOKE EXECUTE ON FUNCTION {{schema}}.release_lease(text) FROM PUBLIC;
 -- steps: p_poll_min_ms while events flow (and p_idle_grace_ms after the
 -- last publication), doubling to p_poll_max_ms while idle, and a quarter of
 -- the oldest pending candidate's age (within those bounds) while writers
--- hold one back. It returns a summary after p_run_ms ('timeout'), as a
--- standby at that time ('standby'), or when the lease is gone ('released':
--- someone called release_lease, the stop request; 'lease_lost': another
--- owner holds it). step_us_hist[i] counts steps whose time t (microseconds,
--- COMMIT included) has floor(20 * ln(t)) = i - 1.
+-- hold one back, and never below 20 times its last pg_locks read. It
+-- returns a summary after p_run_ms ('timeout'), as a standby at that time
+-- ('standby'), or when the lease is gone ('released': someone called
+-- release_lease, the stop request; 'lease_lost': another owner holds it).
+-- step_us_hist[i] counts steps whose time t (microseconds, COMMIT included)
+-- has floor(20 * ln(t)) = i - 1. A step's error (or a sequence set back)
+-- ends it with that error; steps committed before it stay. While it sleeps
+-- between steps it holds the snapshot of its sleep statement, never older
+-- than p_poll_max_ms (at least 10 ms).
 CREATE PROCEDURE {{schema}}.run_watermarker(
   p_owner text,
   p_run_ms integer DEFAULT 60000,
@@ -305,6 +370,7 @@ CREATE PROCEDURE {{schema}}.run_watermarker(
   INOUT row_locked bigint DEFAULT NULL,
   INOUT try_lock_reads bigint DEFAULT NULL,
   INOUT pg_locks_reads bigint DEFAULT NULL,
+  INOUT pg_locks_read_us_total double precision DEFAULT NULL,
   INOUT step_us_total double precision DEFAULT NULL,
   INOUT step_us_max double precision DEFAULT NULL,
   INOUT step_us_hist integer[] DEFAULT NULL,
@@ -341,7 +407,7 @@ BEGIN
             HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 0 <= poll_min <= poll_max, idle grace >= 0.';
   END IF;
   steps := 0; advanced := 0; pending := 0; idle := 0; row_locked := 0;
-  try_lock_reads := 0; pg_locks_reads := 0; step_us_total := 0; step_us_max := 0;
+  try_lock_reads := 0; pg_locks_reads := 0; pg_locks_read_us_total := 0; step_us_total := 0; step_us_max := 0;
   step_us_hist := pg_catalog.array_fill(0, ARRAY[1]);  -- lower bound 1; grows as needed
   v_deadline := pg_catalog.clock_timestamp() + p_run_ms * interval '1 millisecond';
 
@@ -404,7 +470,9 @@ BEGIN
     lease_expires_at := r.lease_expires_at;
     oldest_pending_at := r.oldest_pending_at;
     IF r.holder_path = 'try_lock' THEN try_lock_reads := try_lock_reads + 1;
-    ELSIF r.holder_path = 'pg_locks' THEN pg_locks_reads := pg_locks_reads + 1;
+    ELSIF r.holder_path = 'pg_locks' THEN
+      pg_locks_reads := pg_locks_reads + 1;
+      pg_locks_read_us_total := pg_locks_read_us_total + r.holder_read_us;
     END IF;
 
     CASE r.outcome
@@ -427,6 +495,11 @@ BEGIN
       WHEN 'row_locked' THEN
         row_locked := row_locked + 1;
         v_delay_ms := least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1));
+      WHEN 'rewound' THEN
+        -- Committed (the observations are dropped); now fail loudly.
+        RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq was set back (to %); remembered observations were dropped', '{{schema}}', r.last_seq
+          USING ERRCODE = 'object_not_in_prerequisite_state',
+                HINT = 'Never set the identity back: a rewind undone before the next step goes unnoticed and can lose events.';
       ELSE
         -- not_leader: the lease was taken over or released.
         leader := false;
@@ -438,6 +511,11 @@ BEGIN
       reason := 'timeout';
       EXIT;
     END IF;
+    -- A pg_locks read holds every lock-manager partition, delaying every
+    -- lock request in the cluster meanwhile: at most 5% of the time.
+    IF r.holder_path = 'pg_locks' THEN
+      v_delay_ms := greatest(v_delay_ms, 20 * r.holder_read_us / 1000);
+    END IF;
     IF v_delay_ms > 0 THEN
       PERFORM pg_catalog.pg_sleep(v_delay_ms / 1000);
     END IF;
@@ -448,7 +526,7 @@ END
 $$;
 
 REVOKE EXECUTE ON PROCEDURE {{schema}}.run_watermarker(text, integer, integer, integer, integer, integer, integer, boolean, boolean,
-  text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, double precision, double precision, integer[], bigint, boolean,
+  text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, double precision, double precision, double precision, integer[], bigint, boolean,
   text, timestamptz, timestamptz) FROM PUBLIC;
 
 -- The writers safe_seq waits for, for operators: the holders of the oldest
@@ -523,7 +601,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.watermark_step(
   lease_expires_at timestamptz
 )
 LANGUAGE sql VOLATILE AS $$
-  SELECT CASE WHEN s.outcome IN ('pending', 'row_locked') THEN 'busy' ELSE s.outcome END,
+  SELECT CASE WHEN s.outcome IN ('pending', 'row_locked', 'rewound') THEN 'busy' ELSE s.outcome END,
          s.safe_seq, s.prior_seq, s.last_seq, 0::float8, 0::float8, s.lease_owner, s.lease_expires_at
     FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, true) s
 $$;

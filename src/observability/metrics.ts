@@ -73,6 +73,11 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const stepErrors = new Counter({ name: 'tidemark_watermark_step_errors_total', help: 'Steps, heartbeats or notifies that failed.', registers });
   const stepSeconds = new Histogram({ name: 'tidemark_watermark_step_seconds', help: 'Watermark step time (to its COMMIT), measured on the server.', buckets: STEP_BUCKETS, registers });
   const holderReads = new Counter({ name: 'tidemark_watermark_holder_reads_total', help: 'How steps learned the writers in flight: path try_lock or pg_locks.', labelNames: ['path'], registers });
+  const lockReadSeconds = new Counter({
+    name: 'tidemark_watermark_pg_locks_read_seconds_total',
+    help: 'Server time of the steps\' pg_locks reads (each holds every lock-manager partition meanwhile).',
+    registers,
+  });
   const retries = new Counter({ name: 'tidemark_watermarker_retries_total', help: 'Failed runs of the watermark loop, each retried after a back-off.', registers });
   const leader = new Gauge({ name: 'tidemark_watermarker_leader', help: '1 while this process holds the watermarker lease.', registers });
   const pruned = new Counter({ name: 'tidemark_pruned_events_total', help: 'Events deleted by retention in this process.', registers });
@@ -118,6 +123,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
         steps.inc({ outcome: p.outcome });
         leader.set(p.leader ? 1 : 0);
         if (p.holderPath) holderReads.inc({ path: p.holderPath });
+        if (p.holderReadMs !== null) lockReadSeconds.inc(p.holderReadMs / 1000);
         if (p.outcome !== 'not_leader') stepSeconds.observe(p.stepMs / 1000);
       } else if (event.type === 'run') {
         const r = event.summary;
@@ -126,6 +132,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
         for (const [outcome, n] of Object.entries(outcomes)) if (n > 0) steps.inc({ outcome }, n);
         if (r.tryLockReads > 0) holderReads.inc({ path: 'try_lock' }, r.tryLockReads);
         if (r.pgLocksReads > 0) holderReads.inc({ path: 'pg_locks' }, r.pgLocksReads);
+        if (r.pgLocksReadMsTotal > 0) lockReadSeconds.inc(r.pgLocksReadMsTotal / 1000);
         // The run reports log buckets; each step is counted at its bucket's middle.
         for (const [i, n] of r.stepHistogram.entries()) for (let k = 0; k < n; k += 1) stepSeconds.observe(stepBucketMs(i) / 1000);
       } else {

@@ -16,6 +16,7 @@ interface RunRow {
   row_locked: string;
   try_lock_reads: string;
   pg_locks_reads: string;
+  pg_locks_read_us_total: number;
   step_us_total: number;
   step_us_max: number;
   step_us_hist: (number | null)[] | null;
@@ -112,6 +113,7 @@ function toSummary(row: RunRow, elapsedMs: number): WatermarkRunSummary {
     rowLocked: Number(row.row_locked),
     tryLockReads: Number(row.try_lock_reads),
     pgLocksReads: Number(row.pg_locks_reads),
+    pgLocksReadMsTotal: row.pg_locks_read_us_total / 1000,
     stepMsTotal: row.step_us_total / 1000,
     stepMsMax: row.step_us_max / 1000,
     stepHistogram: (row.step_us_hist ?? []).map((n) => n ?? 0),

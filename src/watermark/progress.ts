@@ -6,9 +6,12 @@
  * - `idle`: nothing was drawn above safe_seq; no lock read, nothing written.
  * - `row_locked`: another session held the watermark row; nothing was
  *   written. Retry later.
+ * - `rewound`: the identity sequence was set back since an earlier step
+ *   (setval, RESTART): the remembered observations were dropped and nothing
+ *   was published. Someone rewound it; see docs/PROTOCOL.md §5.
  * - `not_leader`: another owner holds the lease; this instance is a standby.
  */
-export type StepOutcome = 'advanced' | 'pending' | 'idle' | 'row_locked' | 'not_leader';
+export type StepOutcome = 'advanced' | 'pending' | 'idle' | 'row_locked' | 'rewound' | 'not_leader';
 
 /**
  * How a step learned which writers are in flight: `try_lock` (an exclusive
@@ -35,6 +38,8 @@ export interface WatermarkProgress {
   holders: number | null;
   /** How the holders were learned, or null when the step did not need them. */
   holderPath: HolderPath | null;
+  /** How long the pg_locks read took, on the server, when the step read it. */
+  holderReadMs: number | null;
   /** Remembered observations still waiting for their writers after this step. */
   pending: number;
   /** When the oldest of them was taken (null when none waits). */
@@ -72,6 +77,8 @@ export interface WatermarkRunSummary {
   /** Steps that learned the in-flight writers by the try-lock, and by reading pg_locks. */
   tryLockReads: number;
   pgLocksReads: number;
+  /** Server time of those pg_locks reads, in milliseconds. */
+  pgLocksReadMsTotal: number;
   /** Server time of the steps (each from its start to its COMMIT), in milliseconds. */
   stepMsTotal: number;
   stepMsMax: number;

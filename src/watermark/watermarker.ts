@@ -17,6 +17,7 @@ interface StepRow {
   holders: number | null;
   pending: number;
   holder_path: HolderPath | null;
+  holder_read_us: number | null;
   oldest_pending_at: Date | null;
   lease_owner: string | null;
   lease_expires_at: Date | null;
@@ -202,6 +203,7 @@ export class Watermarker {
       lastSeq: row.last_seq === null ? null : BigInt(row.last_seq),
       holders: row.holders,
       holderPath: row.holder_path,
+      holderReadMs: row.holder_read_us === null ? null : row.holder_read_us / 1000,
       pending: row.pending,
       oldestPendingAt: row.oldest_pending_at,
       stepMs: row.step_ms,

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { after, test } from 'node:test';
 import { Watermarker, type WatermarkerEvent, type WatermarkProgress } from '../../src/index.js';
-import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, waitFor, type Session } from '../support/db.js';
+import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, testRole, waitFor, type Session } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -177,19 +177,47 @@ test('a sequence altered to CACHE 20 makes the step fail with a clear error and 
   await wm.close();
 });
 
-test('a sequence set back below safe_seq makes the step fail with a clear error and publish nothing', async (t) => {
+test('a sequence set back below safe_seq: the step drops what it remembered, then fails with a clear error and publishes nothing', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
   const wm = new Watermarker(db.pool());
   for (let i = 0; i < 3; i += 1) await insertEvent(await db.session(`w${i}`));
   assert.deepEqual(outcome(await wm.step()), ['advanced', 3n]);
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 1)`);
-  await assert.rejects(wm.step(), (err: Error & { code?: string }) => {
+  assert.deepEqual(outcome(await wm.step()), ['rewound', 3n]);
+  await assert.rejects(wm.step(), (err: Error & { code?: string; hint?: string }) => {
     assert.equal(err.code, '55000');
     assert.match(err.message, /identity sequence "tidemark"\.events_seq_seq is at 1, below safe_seq 3/);
+    assert.match(err.hint ?? '', /Set it to at least safe_seq with setval/);
     return true;
   });
   assert.equal(await safeSeq(observer), 3n);
+  await wm.close();
+});
+
+test('a sequence set back while an observation waits: the observation is dropped, so a writer drawing a number again is waited for', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const wm = new Watermarker(db.pool());
+  const w = await db.session('w');
+  for (let i = 0; i < 5; i += 1) await insertEvent(w);
+  assert.deepEqual(outcome(await wm.step()), ['advanced', 5n]);
+  // A draws 6..10 and stays open; a step remembers (10, {A}).
+  const a = await db.session('a');
+  await a.query('BEGIN');
+  for (let i = 0; i < 5; i += 1) await insertEvent(a);
+  assert.deepEqual(outcome(await wm.step()), ['pending', 5n]);
+  // A rolls back; an operator "fixes" the sequence to max(seq); B draws 6 again.
+  await a.query('ROLLBACK');
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', (SELECT max(seq) FROM tidemark.events))`);
+  const b = await db.session('b');
+  await b.query('BEGIN');
+  assert.equal(await insertEvent(b), 6n);
+  // Without the check, (10, {A}) would be published now, over B's open 6.
+  assert.deepEqual(outcome(await wm.step()), ['rewound', 5n]);
+  assert.deepEqual(outcome(await wm.step()), ['pending', 5n], 'B is waited for');
+  await b.query('COMMIT');
+  assert.deepEqual(outcome(await wm.step()), ['advanced', 6n]);
   await wm.close();
 });
 
@@ -217,12 +245,12 @@ test('observations from another server lifetime are dropped, not published', asy
   await wm.close();
 });
 
-test('a long writer: the remembered observations stay bounded, and its commit publishes the newest', async (t) => {
+test('a long writer: the remembered observations stay bounded and spread out, so a second long writer does not hold back what the first one did not', async (t) => {
   const db = await testDb(t);
   const wm = new Watermarker(db.pool());
-  const long = await db.session('long');
-  await long.query('BEGIN');
-  assert.equal(await insertEvent(long), 1n);
+  const l1 = await db.session('l1');
+  await l1.query('BEGIN');
+  assert.equal(await insertEvent(l1), 1n);
   const w = await db.session('w');
   let last = 1n;
   for (let i = 0; i < 40; i += 1) {
@@ -233,9 +261,32 @@ test('a long writer: the remembered observations stay bounded, and its commit pu
   }
   const stored = (await db.observer.query('SELECT cardinality(candidates) AS n, (candidates[cardinality(candidates)]).seq AS newest FROM tidemark.watermark')).rows[0];
   assert.deepEqual(stored, { n: 32, newest: last.toString() });
-  await long.query('COMMIT');
-  assert.deepEqual(outcome(await wm.step()), ['advanced', last]);
+  // A second long writer begins, a step sees both, then the first commits.
+  const l2 = await db.session('l2');
+  await l2.query('BEGIN');
+  assert.equal(await insertEvent(l2), last + 1n);
+  assert.equal((await wm.step()).outcome, 'pending');
+  await l1.query('COMMIT');
+  assert.deepEqual(outcome(await wm.step()), ['advanced', last], 'everything before the second writer is published');
+  await l2.query('COMMIT');
+  assert.deepEqual(outcome(await wm.step()), ['advanced', last + 1n]);
   await wm.close();
+});
+
+test('a role that may not read the identity sequence gets a clear permission error, not an idle step', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const role = testRole(t, 'stepper');
+  await observer.query(`CREATE ROLE ${role}`);
+  await observer.query(`GRANT USAGE ON SCHEMA tidemark TO ${role}`);
+  await observer.query(`GRANT SELECT, UPDATE ON tidemark.watermark TO ${role}`);
+  await observer.query(`GRANT EXECUTE ON FUNCTION tidemark.watermark_step(text, boolean, boolean) TO ${role}`);
+  await observer.query(`UPDATE tidemark.watermark SET lease_owner = 'x', lease_expires_at = clock_timestamp() + interval '1 minute'`);
+  await insertEvent(await db.session('writer'));
+  const s = await db.session('stepper');
+  await s.query(`SET ROLE ${role}`);
+  await assert.rejects(s.query(`SELECT * FROM tidemark.watermark_step('x')`), { code: '42501' });
+  assert.equal(await safeSeq(observer), 0n);
 });
 
 test('the try-lock path proves no writer is in flight without reading pg_locks, and never leaves the fence held', async (t) => {
