@@ -32,10 +32,14 @@ ALTER TABLE {{schema}}.watermark
   ADD COLUMN seq_filenode oid,
   ADD COLUMN seq_high bigint NOT NULL DEFAULT 0;
 
+-- seq_filenode is the sequence file whose CACHE, INCREMENT and CYCLE a step
+-- last verified: recorded here only if they are right now (else the first
+-- step checks them, and refuses).
 UPDATE {{schema}}.watermark
    SET candidates_epoch = pg_catalog.pg_postmaster_start_time(),
-       seq_filenode = (SELECT c.relfilenode FROM pg_catalog.pg_class c
-                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass),
+       seq_filenode = (SELECT c.relfilenode FROM pg_catalog.pg_class c JOIN pg_catalog.pg_sequence q ON q.seqrelid = c.oid
+                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass
+                          AND q.seqcache = 1 AND q.seqincrement > 0 AND NOT q.seqcycle),
        seq_high = coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
 
 -- The lease, acquired or renewed, in one statement: a standby's attempt
@@ -69,12 +73,12 @@ $$;
 -- (a single autocommit statement will do); it publishes and NOTIFYs in that
 -- transaction's commit. It never queues ahead of writers (a granted
 -- try-lock is held for the microseconds between two function calls) and
--- waits for no lock but DDL.
+-- waits for no lock but DDL, and for the watermark row at most 200 ms
+-- (55P03 after that: an operator holds it; nothing is written).
 --
 -- Outcomes: 'advanced' (published a higher safe_seq), 'pending' (events
 -- above safe_seq wait for writers still in flight), 'idle' (nothing drawn
--- above safe_seq: no lock read, no write), 'row_locked' (another session
--- holds the watermark row: nothing written), 'rewound' (the sequence was
+-- above safe_seq: no lock read, no write), 'rewound' (the sequence was
 -- set back since an earlier step: every remembered observation was dropped,
 -- nothing published, and a WARNING raised), 'not_leader' (p_owner holds no
 -- live lease). holder_path says how the in-flight writers were learned:
@@ -123,15 +127,24 @@ DECLARE
   v_owner    text;
   v_expires  timestamptz;
 BEGIN
-  -- The sequence check below must see a snapshot taken after H was read;
-  -- only READ COMMITTED gives each statement a fresh one.
+  -- Each statement below must see the watermark row as committed when it
+  -- runs: only READ COMMITTED takes a fresh snapshot per statement.
   IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'tidemark watermark_step must run in READ COMMITTED, not %',
       pg_catalog.current_setting('transaction_isolation')
       USING ERRCODE = 'invalid_transaction_state';
   END IF;
 
-  SELECT x.safe_seq, x.lease_owner, x.lease_expires_at, x.candidates, x.candidates_epoch, x.seq_filenode, x.seq_high
+  -- (1) S, with the row: every seq <= S was drawn before this read, by a
+  -- writer that took the shared fence before drawing it.
+  -- pg_sequence_last_value reads the tuple under the buffer lock (a plain
+  -- SELECT from the sequence may pair a torn last_value and is_called); it
+  -- is NULL while nothing was drawn. It also locks the sequence
+  -- (RowExclusiveLock) to the end of this transaction: no ALTER SEQUENCE can
+  -- commit until then, and the lock's acquisition processed the
+  -- invalidations of any that committed before.
+  SELECT x.safe_seq, x.lease_owner, x.lease_expires_at, x.candidates, x.candidates_epoch, x.seq_filenode, x.seq_high,
+         pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass) AS s
     INTO w FROM {{schema}}.watermark x;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'tidemark watermark row is missing in %; was the schema migrated?', '{{schema}}'
@@ -146,11 +159,7 @@ BEGIN
   -- prepared transaction's lock shows under another virtualtransaction id.
   v_cands := CASE WHEN w.candidates_epoch IS NOT DISTINCT FROM v_epoch THEN w.candidates ELSE '{}' END;
 
-  -- (1) S: every seq <= S was drawn before this read, by a writer that took
-  -- the shared fence before drawing it. pg_sequence_last_value reads the
-  -- tuple under the buffer lock (a plain SELECT from the sequence may pair
-  -- a torn last_value and is_called); NULL while nothing was drawn.
-  v_s := pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass);
+  v_s := w.s;
   IF v_s IS NULL THEN
     -- PostgreSQL 18 answers NULL, instead of an error, to a role that may
     -- not read the sequence: that must not read as "nothing drawn".
@@ -212,13 +221,16 @@ BEGIN
     v_read_us := extract(epoch FROM pg_catalog.clock_timestamp() - v_t) * 1e6;
   END IF;
 
-  -- (3) The identity's conditions, with a snapshot taken after H: CACHE 1
-  -- (a session cache hands out numbers below S later), increasing, no
-  -- cycle. Any ALTER SEQUENCE gives it a new relfilenode.
-  SELECT c.relfilenode, s.seqcache, s.seqincrement, s.seqcycle
-    INTO v_file, v_cache, v_inc, v_cycle
-    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_sequence s ON s.seqrelid = c.oid
-   WHERE c.oid = '{{schema}}.events_seq_seq'::regclass;
+  -- (3) The identity's conditions: CACHE 1 (a session cache hands out
+  -- numbers below S later), increasing, no cycle. Any ALTER SEQUENCE that
+  -- can change them gives the sequence a new relfilenode (read from the
+  -- relation cache, current under the lock taken with S); they are checked
+  -- again whenever it differs from the file last verified.
+  v_file := pg_catalog.pg_relation_filenode('{{schema}}.events_seq_seq'::regclass);
+  IF v_file IS DISTINCT FROM w.seq_filenode THEN
+    SELECT q.seqcache, q.seqincrement, q.seqcycle INTO v_cache, v_inc, v_cycle
+      FROM pg_catalog.pg_sequence q WHERE q.seqrelid = '{{schema}}.events_seq_seq'::regclass;
+  END IF;
   IF v_cache <> 1 OR v_inc <= 0 OR v_cycle THEN
     RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq must be CACHE 1, INCREMENT > 0, NO CYCLE (it is CACHE %, INCREMENT %, %)',
       '{{schema}}', v_cache, v_inc, CASE WHEN v_cycle THEN 'CYCLE' ELSE 'NO CYCLE' END
@@ -281,16 +293,10 @@ BEGIN
       -- Safe: a publication lost in a crash only hides events (PROTOCOL.md).
       PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
-    -- Never wait for the row: an operator's SELECT ... FOR UPDATE makes
-    -- this step a 'row_locked' outcome, not a stall.
-    PERFORM 1 FROM {{schema}}.watermark FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-      RETURN QUERY SELECT 'row_locked', w.safe_seq, w.safe_seq, v_s,
-        pg_catalog.cardinality(v_h), pg_catalog.cardinality(w.candidates), v_path, v_read_us,
-        (w.candidates[1]).taken_at, w.lease_owner, w.lease_expires_at;
-      RETURN;
-    END IF;
-    -- Monotonic, and only under a lease still live now that the row is ours.
+    -- Monotonic, and only under a lease still live once the row is ours.
+    -- Only a takeover or a release holds the row, for moments; an
+    -- operator's SELECT ... FOR UPDATE makes the step fail after 200 ms.
+    PERFORM pg_catalog.set_config('lock_timeout', '200', true);
     UPDATE {{schema}}.watermark x
        SET safe_seq = greatest(x.safe_seq, coalesce(v_publish, 0)),
            updated_at = CASE WHEN v_publish > x.safe_seq THEN pg_catalog.clock_timestamp() ELSE x.updated_at END,
@@ -343,7 +349,8 @@ REVOKE EXECUTE ON FUNCTION {{schema}}.release_lease(text) FROM PUBLIC;
 -- steps: p_poll_min_ms while events flow (and p_idle_grace_ms after the
 -- last publication), doubling to p_poll_max_ms while idle, and a quarter of
 -- the oldest pending candidate's age (within those bounds) while writers
--- hold one back, and never below 20 times its last pg_locks read. It
+-- hold one back; never more than p_max_steps_per_second steps a second
+-- (bursts of 10), and pg_locks reads at most 5% of the time. It
 -- returns a summary after p_run_ms ('timeout'), as a standby at that time
 -- ('standby'), or when the lease is gone ('released': someone called
 -- release_lease, the stop request; 'lease_lost': another owner holds it).
@@ -362,12 +369,13 @@ CREATE PROCEDURE {{schema}}.run_watermarker(
   p_idle_grace_ms integer DEFAULT 1000,
   p_synchronous_commit boolean DEFAULT false,
   p_try_lock boolean DEFAULT true,
+  p_max_steps_per_second integer DEFAULT 120,
   INOUT reason text DEFAULT NULL,
   INOUT steps bigint DEFAULT NULL,
+  INOUT polls bigint DEFAULT NULL,
   INOUT advanced bigint DEFAULT NULL,
   INOUT pending bigint DEFAULT NULL,
   INOUT idle bigint DEFAULT NULL,
-  INOUT row_locked bigint DEFAULT NULL,
   INOUT try_lock_reads bigint DEFAULT NULL,
   INOUT pg_locks_reads bigint DEFAULT NULL,
   INOUT pg_locks_read_us_total double precision DEFAULT NULL,
@@ -390,6 +398,11 @@ DECLARE
   v_last_advance timestamptz;
   v_delay_ms double precision := p_poll_min_ms;
   v_t0 timestamptz;
+  v_tick timestamptz;
+  v_xact_at timestamptz;
+  v_not_before timestamptz;
+  v_tokens double precision := 10;
+  v_s bigint;
   v_us double precision;
   v_idx integer;
   r record;
@@ -400,13 +413,14 @@ BEGIN
   IF p_run_ms IS NULL OR p_run_ms < 0 OR p_lease_ttl_ms IS NULL OR p_lease_ttl_ms < 20
      OR v_renew_ms < 1 OR v_renew_ms * 2 >= p_lease_ttl_ms
      OR p_poll_min_ms IS NULL OR p_poll_min_ms < 0 OR p_poll_max_ms IS NULL OR p_poll_max_ms < p_poll_min_ms
-     OR p_idle_grace_ms IS NULL OR p_idle_grace_ms < 0 THEN
-    RAISE EXCEPTION 'run_watermarker: invalid timing (run % ms, lease ttl % ms, renew % ms, poll % to % ms, idle grace % ms)',
-      p_run_ms, p_lease_ttl_ms, v_renew_ms, p_poll_min_ms, p_poll_max_ms, p_idle_grace_ms
+     OR p_idle_grace_ms IS NULL OR p_idle_grace_ms < 0
+     OR p_max_steps_per_second IS NULL OR p_max_steps_per_second < 1 THEN
+    RAISE EXCEPTION 'run_watermarker: invalid timing (run % ms, lease ttl % ms, renew % ms, poll % to % ms, idle grace % ms, % steps/s)',
+      p_run_ms, p_lease_ttl_ms, v_renew_ms, p_poll_min_ms, p_poll_max_ms, p_idle_grace_ms, p_max_steps_per_second
       USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 0 <= poll_min <= poll_max, idle grace >= 0.';
+            HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 0 <= poll_min <= poll_max, idle grace >= 0, steps per second >= 1.';
   END IF;
-  steps := 0; advanced := 0; pending := 0; idle := 0; row_locked := 0;
+  steps := 0; polls := 0; advanced := 0; pending := 0; idle := 0;
   try_lock_reads := 0; pg_locks_reads := 0; pg_locks_read_us_total := 0; step_us_total := 0; step_us_max := 0;
   step_us_hist := pg_catalog.array_fill(0, ARRAY[1]);  -- lower bound 1; grows as needed
   v_deadline := pg_catalog.clock_timestamp() + p_run_ms * interval '1 millisecond';
@@ -434,90 +448,123 @@ BEGIN
     END LOOP;
   END LOOP;
   v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
+  SELECT x.safe_seq INTO safe_seq FROM {{schema}}.watermark x;
+  v_tick := pg_catalog.clock_timestamp();
+  v_xact_at := v_tick;
+  v_not_before := v_tick;
 
   LOOP
     v_t0 := pg_catalog.clock_timestamp();
-    IF v_t0 >= v_renew_at THEN
-      -- Renew only a lease this owner still holds: after release_lease (the
-      -- stop request) or a takeover this finds no row and the loop ends.
-      -- A row held by another session is skipped, and renewed next step.
-      UPDATE {{schema}}.watermark x
-         SET lease_expires_at = pg_catalog.clock_timestamp() + p_lease_ttl_ms * interval '1 millisecond'
-       WHERE x.lease_owner = p_owner
-         AND x.id IN (SELECT y.id FROM {{schema}}.watermark y WHERE y.lease_owner = p_owner FOR NO KEY UPDATE SKIP LOCKED)
-      RETURNING x.lease_expires_at INTO lease_expires_at;
-      IF FOUND THEN
-        v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
-      ELSIF NOT EXISTS (SELECT 1 FROM {{schema}}.watermark x WHERE x.lease_owner = p_owner) THEN
-        COMMIT;
-        SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO safe_seq, lease_owner, lease_expires_at FROM {{schema}}.watermark x;
-        leader := false;
-        reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
-        EXIT;
-      END IF;
-    END IF;
-
-    SELECT * INTO r FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, p_try_lock);
-    COMMIT;
-    v_us := extract(epoch FROM pg_catalog.clock_timestamp() - v_t0) * 1e6;
-    steps := steps + 1;
-    step_us_total := step_us_total + v_us;
-    step_us_max := greatest(step_us_max, v_us);
-    v_idx := greatest(1, floor(20 * ln(greatest(v_us, 1)))::integer + 1);
-    step_us_hist[v_idx] := coalesce(step_us_hist[v_idx], 0) + 1;
-    safe_seq := r.safe_seq;
-    lease_owner := r.lease_owner;
-    lease_expires_at := r.lease_expires_at;
-    oldest_pending_at := r.oldest_pending_at;
-    IF r.holder_path = 'try_lock' THEN try_lock_reads := try_lock_reads + 1;
-    ELSIF r.holder_path = 'pg_locks' THEN
-      pg_locks_reads := pg_locks_reads + 1;
-      pg_locks_read_us_total := pg_locks_read_us_total + r.holder_read_us;
-    END IF;
-
-    CASE r.outcome
-      WHEN 'advanced' THEN
-        advanced := advanced + 1;
-        v_last_advance := pg_catalog.clock_timestamp();
-        v_delay_ms := p_poll_min_ms;
-      WHEN 'pending' THEN
-        pending := pending + 1;
-        -- Writers hold a candidate back: step at a quarter of its age, so a
-        -- long writer costs few lock reads and delays the publication after
-        -- its commit by at most a quarter of its wait (and p_poll_max_ms).
-        v_delay_ms := least(p_poll_max_ms::float8, greatest(p_poll_min_ms::float8,
-          coalesce(extract(epoch FROM pg_catalog.clock_timestamp() - r.oldest_pending_at) * 250, 0)));
-      WHEN 'idle' THEN
-        idle := idle + 1;
-        v_delay_ms := CASE
-          WHEN pg_catalog.clock_timestamp() < v_last_advance + p_idle_grace_ms * interval '1 millisecond' THEN p_poll_min_ms
-          ELSE least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1)) END;
-      WHEN 'row_locked' THEN
-        row_locked := row_locked + 1;
-        v_delay_ms := least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1));
-      WHEN 'rewound' THEN
-        -- Committed (the observations are dropped); now fail loudly.
-        RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq was set back (to %); remembered observations were dropped', '{{schema}}', r.last_seq
-          USING ERRCODE = 'object_not_in_prerequisite_state',
-                HINT = 'Never set the identity back: a rewind undone before the next step goes unnoticed and can lose events.';
-      ELSE
-        -- not_leader: the lease was taken over or released.
-        leader := false;
-        reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
-        EXIT;
-    END CASE;
-
-    IF pg_catalog.clock_timestamp() >= v_deadline THEN
+    IF v_t0 >= v_deadline THEN
       reason := 'timeout';
       EXIT;
     END IF;
-    -- A pg_locks read holds every lock-manager partition, delaying every
-    -- lock request in the cluster meanwhile: at most 5% of the time.
-    IF r.holder_path = 'pg_locks' THEN
-      v_delay_ms := greatest(v_delay_ms, 20 * r.holder_read_us / 1000);
+    -- Steps the loop may take now: they accrue at p_max_steps_per_second,
+    -- up to a burst of 10, and each step takes one. When events flow faster
+    -- than that, each step publishes more of them: the loop's cost stays
+    -- bounded while the delay it adds stays below one interval.
+    v_tokens := least(10, v_tokens + extract(epoch FROM v_t0 - v_tick) * p_max_steps_per_second);
+    v_tick := v_t0;
+    -- A look at the sequence is cheap (no commit, no step): a step runs
+    -- only when something was drawn since the last publication, when
+    -- writers hold one back and it is time to look again, or to renew.
+    v_s := coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
+    IF v_t0 >= v_renew_at
+       OR (v_t0 >= v_not_before AND v_tokens >= 1
+           AND CASE WHEN oldest_pending_at IS NULL THEN v_s <> safe_seq ELSE true END) THEN
+      IF v_t0 >= v_renew_at THEN
+        -- Renew only a lease this owner still holds: after release_lease
+        -- (the stop request) or a takeover this finds no row and the loop
+        -- ends. A row held by another session is skipped, and renewed later.
+        UPDATE {{schema}}.watermark x
+           SET lease_expires_at = pg_catalog.clock_timestamp() + p_lease_ttl_ms * interval '1 millisecond'
+         WHERE x.lease_owner = p_owner
+           AND x.id IN (SELECT y.id FROM {{schema}}.watermark y WHERE y.lease_owner = p_owner FOR NO KEY UPDATE SKIP LOCKED)
+        RETURNING x.lease_expires_at INTO lease_expires_at;
+        IF FOUND THEN
+          v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
+        ELSIF NOT EXISTS (SELECT 1 FROM {{schema}}.watermark x WHERE x.lease_owner = p_owner) THEN
+          COMMIT;
+          SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO safe_seq, lease_owner, lease_expires_at FROM {{schema}}.watermark x;
+          leader := false;
+          reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
+          EXIT;
+        END IF;
+      END IF;
+
+      SELECT * INTO r FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, p_try_lock);
+      COMMIT;
+      v_xact_at := pg_catalog.clock_timestamp();
+      v_us := extract(epoch FROM v_xact_at - v_t0) * 1e6;
+      v_tokens := v_tokens - 1;
+      steps := steps + 1;
+      step_us_total := step_us_total + v_us;
+      step_us_max := greatest(step_us_max, v_us);
+      v_idx := greatest(1, floor(20 * ln(greatest(v_us, 1)))::integer + 1);
+      step_us_hist[v_idx] := coalesce(step_us_hist[v_idx], 0) + 1;
+      safe_seq := r.safe_seq;
+      lease_owner := r.lease_owner;
+      lease_expires_at := r.lease_expires_at;
+      oldest_pending_at := r.oldest_pending_at;
+      v_not_before := v_xact_at;
+      IF r.holder_path = 'try_lock' THEN
+        try_lock_reads := try_lock_reads + 1;
+      ELSIF r.holder_path = 'pg_locks' THEN
+        pg_locks_reads := pg_locks_reads + 1;
+        pg_locks_read_us_total := pg_locks_read_us_total + r.holder_read_us;
+        -- A pg_locks read holds every lock-manager partition, delaying every
+        -- lock request in the cluster meanwhile: at most 5% of the time.
+        v_not_before := v_xact_at + 20 * r.holder_read_us * interval '1 microsecond';
+      END IF;
+      CASE r.outcome
+        WHEN 'advanced' THEN
+          advanced := advanced + 1;
+          v_last_advance := v_xact_at;
+        WHEN 'pending' THEN
+          pending := pending + 1;
+        WHEN 'idle' THEN
+          idle := idle + 1;
+        WHEN 'rewound' THEN
+          -- Committed (the observations are dropped); now fail loudly.
+          RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq was set back (to %); remembered observations were dropped', '{{schema}}', r.last_seq
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Never set the identity back: a rewind undone before the next step goes unnoticed and can lose events.';
+        ELSE
+          -- not_leader: the lease was taken over or released.
+          leader := false;
+          reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
+          EXIT;
+      END CASE;
+      IF oldest_pending_at IS NOT NULL THEN
+        -- Writers hold a candidate back: look again after a quarter of its
+        -- age (within the poll bounds), so a long writer costs few lock
+        -- reads and its commit is published within a quarter of its wait.
+        v_not_before := greatest(v_not_before, v_xact_at + least(p_poll_max_ms::float8, greatest(p_poll_min_ms::float8,
+          extract(epoch FROM v_xact_at - oldest_pending_at) * 250)) * interval '1 millisecond');
+      END IF;
+      v_delay_ms := p_poll_min_ms;
+    ELSE
+      polls := polls + 1;
+      -- Nothing to step for yet. Keep the fast cadence within the idle
+      -- grace after a publication, then back off; and never sooner than
+      -- the next step may run.
+      v_delay_ms := CASE
+        WHEN v_s <> safe_seq OR oldest_pending_at IS NOT NULL THEN p_poll_min_ms
+        WHEN v_t0 < v_last_advance + p_idle_grace_ms * interval '1 millisecond' THEN p_poll_min_ms
+        ELSE least(p_poll_max_ms::float8, greatest(v_delay_ms * 2, 1)) END;
+      IF v_tokens < 1 THEN
+        v_delay_ms := greatest(v_delay_ms, (1 - v_tokens) * 1000 / p_max_steps_per_second);
+      END IF;
+      -- The looks share one transaction, which holds the sequence's
+      -- RowExclusiveLock (ALTER SEQUENCE waits for it): end it now and then.
+      IF v_t0 > v_xact_at + interval '100 milliseconds' THEN
+        COMMIT;
+        v_xact_at := pg_catalog.clock_timestamp();
+      END IF;
     END IF;
+    v_delay_ms := greatest(v_delay_ms, extract(epoch FROM v_not_before - pg_catalog.clock_timestamp()) * 1000);
     IF v_delay_ms > 0 THEN
-      PERFORM pg_catalog.pg_sleep(v_delay_ms / 1000);
+      PERFORM pg_catalog.pg_sleep(least(v_delay_ms, extract(epoch FROM v_deadline - pg_catalog.clock_timestamp()) * 1000) / 1000);
     END IF;
   END LOOP;
   -- Buckets no step fell in are NULL after the array grew past them.
@@ -525,7 +572,7 @@ BEGIN
 END
 $$;
 
-REVOKE EXECUTE ON PROCEDURE {{schema}}.run_watermarker(text, integer, integer, integer, integer, integer, integer, boolean, boolean,
+REVOKE EXECUTE ON PROCEDURE {{schema}}.run_watermarker(text, integer, integer, integer, integer, integer, integer, boolean, boolean, integer,
   text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, double precision, double precision, double precision, integer[], bigint, boolean,
   text, timestamptz, timestamptz) FROM PUBLIC;
 
@@ -583,7 +630,7 @@ REVOKE EXECUTE ON FUNCTION {{schema}}.blocking_writers() FROM PUBLIC;
 
 -- The previous step signature, kept for a watermarker of the previous
 -- version during a rolling upgrade: it now observes too (it no longer waits
--- for the fence). 'pending' and 'row_locked' read as its 'busy'.
+-- for the fence). 'pending' and 'rewound' read as its 'busy'.
 CREATE OR REPLACE FUNCTION {{schema}}.watermark_step(
   p_owner text,
   p_block boolean,
@@ -601,7 +648,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.watermark_step(
   lease_expires_at timestamptz
 )
 LANGUAGE sql VOLATILE AS $$
-  SELECT CASE WHEN s.outcome IN ('pending', 'row_locked', 'rewound') THEN 'busy' ELSE s.outcome END,
+  SELECT CASE WHEN s.outcome IN ('pending', 'rewound') THEN 'busy' ELSE s.outcome END,
          s.safe_seq, s.prior_seq, s.last_seq, 0::float8, 0::float8, s.lease_owner, s.lease_expires_at
     FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, true) s
 $$;

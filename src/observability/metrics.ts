@@ -128,7 +128,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       } else if (event.type === 'run') {
         const r = event.summary;
         leader.set(r.leader ? 1 : 0);
-        const outcomes = { advanced: r.advanced, pending: r.pending, idle: r.idle, row_locked: r.rowLocked };
+        const outcomes = { advanced: r.advanced, pending: r.pending, idle: r.idle };
         for (const [outcome, n] of Object.entries(outcomes)) if (n > 0) steps.inc({ outcome }, n);
         if (r.tryLockReads > 0) holderReads.inc({ path: 'try_lock' }, r.tryLockReads);
         if (r.pgLocksReads > 0) holderReads.inc({ path: 'pg_locks' }, r.pgLocksReads);

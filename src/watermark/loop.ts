@@ -10,10 +10,10 @@ export const LOOP_APPLICATION_NAME = 'tidemark-watermarker';
 interface RunRow {
   reason: RunEndReason;
   steps: string;
+  polls: string;
   advanced: string;
   pending: string;
   idle: string;
-  row_locked: string;
   try_lock_reads: string;
   pg_locks_reads: string;
   pg_locks_read_us_total: number;
@@ -49,7 +49,7 @@ export class LoopConnection {
       `CALL ${quoteIdent(o.schema)}.run_watermarker(p_owner => ${client.escapeLiteral(o.owner)}, ` +
       `p_run_ms => ${o.summaryIntervalMs}, p_lease_ttl_ms => ${o.leaseTtlMs}, p_lease_renew_ms => ${o.leaseRenewMs}, ` +
       `p_poll_min_ms => ${o.pollMinMs}, p_poll_max_ms => ${o.pollMaxMs}, p_idle_grace_ms => ${o.idleGraceMs}, ` +
-      `p_synchronous_commit => ${o.synchronousCommit}, p_try_lock => ${o.tryLockFirst})`;
+      `p_synchronous_commit => ${o.synchronousCommit}, p_try_lock => ${o.tryLockFirst}, p_max_steps_per_second => ${o.maxStepsPerSecond})`;
   }
 
   /** Runs the loop once; on abort, cancels it on the server. Resolves with its summary. */
@@ -107,10 +107,10 @@ function toSummary(row: RunRow, elapsedMs: number): WatermarkRunSummary {
   return {
     reason: row.reason,
     steps: Number(row.steps),
+    polls: Number(row.polls),
     advanced: Number(row.advanced),
     pending: Number(row.pending),
     idle: Number(row.idle),
-    rowLocked: Number(row.row_locked),
     tryLockReads: Number(row.try_lock_reads),
     pgLocksReads: Number(row.pg_locks_reads),
     pgLocksReadMsTotal: row.pg_locks_read_us_total / 1000,

@@ -24,6 +24,13 @@ export interface WatermarkerOptions {
    */
   idleGraceMs?: number;
   /**
+   * At most this many steps a second on average (bursts of 10). When events
+   * flow faster, each step publishes more of them: the loop's CPU use stays
+   * bounded, and the delay it adds stays below 1000 / maxStepsPerSecond ms.
+   * Looks at the sequence between steps (`pollMinMs`) cost far less. Default 120.
+   */
+  maxStepsPerSecond?: number;
+  /**
    * How long each run of the in-database loop (`CALL run_watermarker`)
    * lasts before it returns its summary to `run()`: how fresh metrics and
    * health are. At most `leaseRenewMs`. Default 1000 (or `leaseRenewMs`, if lower).
@@ -77,6 +84,7 @@ const KNOWN = new Set<string>([
   'pollMaxMs',
   'idleGraceMs',
   'summaryIntervalMs',
+  'maxStepsPerSecond',
   'tryLockFirst',
   'retryMinMs',
   'retryMaxMs',
@@ -137,6 +145,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     pollMaxMs,
     idleGraceMs: integerOption(options, 'idleGraceMs', 1000, 0, DAY),
     summaryIntervalMs,
+    maxStepsPerSecond: integerOption(options, 'maxStepsPerSecond', 120, 1, 100_000),
     tryLockFirst: booleanOption(options, 'tryLockFirst', true),
     retryMinMs,
     retryMaxMs,

@@ -4,14 +4,12 @@
  * - `pending`: events above safe_seq wait for writers still in flight (the
  *   step remembered what it saw; a later step publishes once they end).
  * - `idle`: nothing was drawn above safe_seq; no lock read, nothing written.
- * - `row_locked`: another session held the watermark row; nothing was
- *   written. Retry later.
  * - `rewound`: the identity sequence was set back since an earlier step
  *   (setval, RESTART): the remembered observations were dropped and nothing
  *   was published. Someone rewound it; see docs/PROTOCOL.md §5.
  * - `not_leader`: another owner holds the lease; this instance is a standby.
  */
-export type StepOutcome = 'advanced' | 'pending' | 'idle' | 'row_locked' | 'rewound' | 'not_leader';
+export type StepOutcome = 'advanced' | 'pending' | 'idle' | 'rewound' | 'not_leader';
 
 /**
  * How a step learned which writers are in flight: `try_lock` (an exclusive
@@ -70,10 +68,11 @@ export interface WatermarkRunSummary {
   reason: RunEndReason;
   /** Steps taken, and how many ended in each outcome. */
   steps: number;
+  /** Looks at the sequence that found nothing to step for (no step, no commit). */
+  polls: number;
   advanced: number;
   pending: number;
   idle: number;
-  rowLocked: number;
   /** Steps that learned the in-flight writers by the try-lock, and by reading pg_locks. */
   tryLockReads: number;
   pgLocksReads: number;

@@ -71,8 +71,8 @@ const MUTANTS: Mutant[] = [
     id: 'filenode',
     what: 'keep observations across ALTER SEQUENCE',
     file: STEP,
-    find: 'IF v_file IS DISTINCT FROM w.seq_filenode THEN',
-    replace: 'IF false THEN',
+    find: 'ELSIF v_file IS DISTINCT FROM w.seq_filenode THEN',
+    replace: 'ELSIF false THEN',
     tests: ['watermark/step'],
   },
   {

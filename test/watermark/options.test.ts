@@ -31,6 +31,8 @@ test('invalid watermarker options are rejected at construction, naming the optio
     [{ summaryIntervalMs: 5000 }, 'summaryIntervalMs'],
     [{ retryMinMs: 100, retryMaxMs: 50 }, 'retryMaxMs'],
     [{ tryLockFirst: 'no' }, 'tryLockFirst'],
+    [{ maxStepsPerSecond: 0 }, 'maxStepsPerSecond'],
+    [{ maxStepsPerSecond: 2.5 }, 'maxStepsPerSecond'],
     [{ bogus: 1 }, 'bogus'],
     [{ idleGraceMs: -1 }, 'idleGraceMs'],
     [{ heartbeatIntervalMs: -5 }, 'heartbeatIntervalMs'],

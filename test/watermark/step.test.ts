@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { after, test } from 'node:test';
 import { Watermarker, type WatermarkerEvent, type WatermarkProgress } from '../../src/index.js';
-import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, testRole, waitFor, type Session } from '../support/db.js';
+import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, testRole, waitFor, waitForBlockedStatement, type Session } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -350,7 +350,7 @@ test('each publication sends one NOTIFY carrying safe_seq, delivered with its co
   await wm.close();
 });
 
-test('an operator holding the watermark row makes a step row_locked at once: nothing written, nothing waited for', async (t) => {
+test('an operator holding the watermark row makes a step fail after its short bound: nothing written, no writer waits', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
   const seen: WatermarkerEvent[] = [];
@@ -361,15 +361,18 @@ test('an operator holding the watermark row makes a step row_locked at once: not
   const operator = await db.session('operator');
   await operator.query('BEGIN');
   await operator.query('SELECT * FROM tidemark.watermark FOR UPDATE');
-  // The step returns while the row is still held: it did not wait for it.
-  const held = await wm.step();
-  assert.deepEqual(outcome(held), ['row_locked', 1n]);
-  assert.deepEqual(await lockWaiters(observer), []);
+  // The step waits for the row at most its lock_timeout (200 ms), then fails
+  // while the row is still held; a writer meanwhile commits without waiting.
+  const held = wm.step().then(() => assert.fail('should fail'), (err: { code?: string }) => err);
+  await waitForBlockedStatement(observer, 'watermark_step');
+  assert.equal(await insertEvent(await db.session('writer 3')), 3n);
+  assert.equal((await held).code, '55P03');
+  assert.equal(await safeSeq(observer), 1n, 'nothing written');
   await operator.query('ROLLBACK');
-  assert.deepEqual(outcome(await wm.step()), ['advanced', 2n]);
+  assert.deepEqual(outcome(await wm.step()), ['advanced', 3n]);
   assert.deepEqual(
     seen.map((e) => (e.type === 'step' ? e.progress.outcome : e.type)),
-    ['advanced', 'row_locked', 'advanced'],
+    ['advanced', 'advanced'],
   );
   await wm.close();
 });
