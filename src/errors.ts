@@ -129,10 +129,25 @@ export class HandlerError extends TidemarkError {
   }
 }
 
-/** The exclusive fence could not be taken within the allowed time (writers kept it busy). Retryable. */
+/**
+ * The exclusive fence could not be taken within the allowed time: writers
+ * in flight kept it busy (`holders` names them, as seen when it gave up).
+ * Retryable.
+ */
 export class FenceBusyError extends TidemarkError {
-  constructor(what: string, waitedMs: number) {
-    super('FENCE_BUSY', `${what}: the fence stayed busy for ${waitedMs} ms; long-running writers hold it. Retry later.`);
+  /** The writers holding the fence when it gave up, oldest first: pid (null for a prepared transaction), application, transaction age. */
+  readonly holders: readonly { pid: number | null; applicationName: string | null; ageSeconds: number | null }[];
+
+  constructor(what: string, waitedMs: number, holders: FenceBusyError['holders'] = []) {
+    const oldest = holders[0];
+    const who = oldest
+      ? `${holders.length} writer${holders.length === 1 ? '' : 's'} held it, the oldest ` +
+        `${oldest.pid === null ? 'a prepared transaction' : `pid ${oldest.pid}`}` +
+        `${oldest.applicationName ? ` (${JSON.stringify(oldest.applicationName)})` : ''}` +
+        `${oldest.ageSeconds === null ? '' : ` open for ${oldest.ageSeconds.toFixed(1)} s`}`
+      : 'writers held it';
+    super('FENCE_BUSY', `${what}: could not take the fence in ${waitedMs} ms: ${who}. Retry once they end.`);
+    this.holders = holders;
   }
 }
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import type pg from 'pg';
-import { Pruner, ResyncRequiredError, StreamClient, Watermarker, type StreamEvent, type Transaction } from '../../src/index.js';
-import { closeAdmin, fenceLocks, safeSeq, testDb, waitForExclusiveWaiter, type Session } from '../support/db.js';
+import { Pruner, ResyncRequiredError, StreamClient, Watermarker, type FenceBusyError, type StreamEvent, type Transaction } from '../../src/index.js';
+import { closeAdmin, fenceLocks, insertEvent, safeSeq, testDb, waitForExclusiveWaiter, type Session } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -257,4 +257,37 @@ test('DDL holding the outbox tables makes bootstrap give up with FENCE_BUSY, nev
   assert.equal(snap.safeSeq, 0n);
   await snap.close();
   assert.equal(pool.totalCount, pool.idleCount);
+});
+
+test('behind a long writer, bootstrap queues other writers one short bounded attempt at a time, and names the writer when it gives up', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const pool = db.pool({ max: 6 });
+  const long = await db.session('long');
+  await long.query('BEGIN');
+  assert.equal(await insertEvent(long), 1n);
+
+  // Bootstrap tries for the instant again and again (each attempt waits at most 20 ms)...
+  const client = new StreamClient(pool, { listen: false, fenceLockTimeoutMs: 20, bootstrapFenceTimeoutMs: 120_000 });
+  let settled = false;
+  const booting = client.bootstrap('projector', 's').finally(() => (settled = true));
+  await waitForExclusiveWaiter(observer);
+  // ...and another writer gets through meanwhile: it waits for one attempt at most, not for the long writer.
+  assert.equal(await insertEvent(await db.session('other')), 2n);
+  assert.equal(settled, false, 'bootstrap is still trying');
+  await long.query('COMMIT');
+  const snap = await booting;
+  assert.equal(snap.safeSeq, 2n);
+  await snap.close();
+
+  // Within a short total bound it gives up, naming the writer in flight.
+  await long.query('BEGIN');
+  await insertEvent(long);
+  const impatient = new StreamClient(pool, { listen: false, fenceLockTimeoutMs: 20, bootstrapFenceTimeoutMs: 200 });
+  const err = await impatient.bootstrap('projector', 's').then(() => assert.fail('should fail'), (e: unknown) => e as FenceBusyError);
+  assert.equal(err.code, 'FENCE_BUSY');
+  assert.equal(err.holders[0]?.pid, long.pid);
+  assert.match(err.message, /^bootstrap: could not take the fence in \d+ ms: 1 writer held it, the oldest pid \d+ \("test:long"\) open for \d+\.\d s\. Retry once they end\.$/);
+  assert.deepEqual((await fenceLocks(observer)).map((l) => [l.pid, l.mode]), [[long.pid, 'ShareLock']], 'nothing of bootstrap is left');
+  await long.query('ROLLBACK');
 });
