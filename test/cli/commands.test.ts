@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import pg from 'pg';
 import { closeAdmin, testDb, waitFor } from '../support/db.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 
@@ -135,4 +136,67 @@ test('tail piped into a reader that stops early (| head) exits 0, committing onl
   assert.doesNotMatch(stderr.text(), /EPIPE|Error/);
   const cursor = Number((await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'head'`)).rows[0].seq);
   assert.ok(cursor >= 1 && cursor < 2000, `the cursor stopped early (${cursor})`);
+});
+
+test('status names the writer safe_seq waits for, with an age that grows; once it commits, nothing is listed', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const slow = new pg.Client({ connectionString: db.url, application_name: 'slow-batch-import' });
+  slow.on('error', () => undefined);
+  await slow.connect();
+  db.defer(() => slow.end());
+  await slow.query('BEGIN');
+  await slow.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'slow') RETURNING seq`);
+  await cli(['append', '--stream', 's', '--kind', 'k', '--key', 'fast'], { env });
+  const step = await cli(['watermark', '--once'], { env });
+  assert.match(step.stdout, /^pending: safe_seq 0 \(last seq 2, 1 writer in flight, 1 observation waiting for them\)$/m);
+
+  const status = async () => {
+    const r = await cli(['status', '--json'], { env });
+    assert.equal(r.code, 0, r.stderr);
+    return JSON.parse(r.stdout).blockingWriters as { pid: number; applicationName: string; ageSeconds: number; query: string; pendingSeq: string }[];
+  };
+  const first = await status();
+  assert.equal(first.length, 1);
+  assert.equal(first[0]!.pid, (slow as unknown as { processID: number }).processID);
+  assert.equal(first[0]!.applicationName, 'slow-batch-import');
+  assert.match(first[0]!.query, /^INSERT INTO tidemark\.events/);
+  assert.equal(first[0]!.pendingSeq, '2');
+  await waitFor('the age to grow', async () => (await status())[0]!.ageSeconds > first[0]!.ageSeconds);
+  const text = await cli(['status'], { env });
+  assert.match(text.stdout, /^safe_seq waits for 1 writer to finish \(seq 2 pending since /m);
+  assert.match(text.stdout, /slow-batch-import/);
+
+  await slow.query('COMMIT');
+  await cli(['watermark', '--once'], { env });
+  assert.deepEqual(await status(), []);
+  assert.doesNotMatch((await cli(['status'], { env })).stdout, /waits for/);
+});
+
+test('watermark --once, run again and again while writers overlap without pause, advances every time', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const writers = [0, 1].map(() => new pg.Client({ connectionString: db.url }));
+  for (const w of writers) {
+    w.on('error', () => undefined);
+    await w.connect();
+    db.defer(() => w.end());
+  }
+  const insert = (w: pg.Client) => w.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x')`);
+  let open = writers[0]!;
+  await open.query('BEGIN');
+  await insert(open);
+  assert.match((await cli(['watermark', '--once'], { env })).stdout, /^pending: safe_seq 0 /);
+  for (let seq = 2; seq <= 4; seq += 1) {
+    // The next writer begins before the open one commits: one is always in flight.
+    const next = writers[(seq + 1) % 2]!;
+    await next.query('BEGIN');
+    await insert(next);
+    await open.query('COMMIT');
+    open = next;
+    // Each one-shot process finds the observation an earlier one stored.
+    const r = await cli(['watermark', '--once'], { env });
+    assert.match(r.stdout, new RegExp(`^advanced: safe_seq ${seq - 1} \\(last seq ${seq}, 1 writer in flight`, 'm'));
+  }
+  await open.query('COMMIT');
 });
