@@ -32,14 +32,9 @@ ALTER TABLE {{schema}}.watermark
   ADD COLUMN seq_filenode oid,
   ADD COLUMN seq_high bigint NOT NULL DEFAULT 0;
 
--- seq_filenode is the sequence file whose CACHE, INCREMENT and CYCLE a step
--- last verified: recorded here only if they are right now (else the first
--- step checks them, and refuses).
 UPDATE {{schema}}.watermark
    SET candidates_epoch = pg_catalog.pg_postmaster_start_time(),
-       seq_filenode = (SELECT c.relfilenode FROM pg_catalog.pg_class c JOIN pg_catalog.pg_sequence q ON q.seqrelid = c.oid
-                        WHERE c.oid = '{{schema}}.events_seq_seq'::regclass
-                          AND q.seqcache = 1 AND q.seqincrement > 0 AND NOT q.seqcycle),
+       seq_filenode = pg_catalog.pg_relation_filenode('{{schema}}.events_seq_seq'::regclass),
        seq_high = coalesce(pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass), 0);
 
 -- The lease, acquired or renewed, in one statement: a standby's attempt
@@ -118,9 +113,8 @@ DECLARE
   v_drop     integer;
   v_gap      interval;
   v_file     oid;
-  v_cache    bigint;
-  v_inc      bigint;
-  v_cycle    boolean;
+  v_params   record;
+  v_lock_timeout text;
   v_publish  bigint;
   v_keep     integer := 1;
   v_new      bigint;
@@ -221,19 +215,16 @@ BEGIN
     v_read_us := extract(epoch FROM pg_catalog.clock_timestamp() - v_t) * 1e6;
   END IF;
 
-  -- (3) The identity's conditions: CACHE 1 (a session cache hands out
-  -- numbers below S later), increasing, no cycle. Any ALTER SEQUENCE that
-  -- can change them gives the sequence a new relfilenode (read from the
-  -- relation cache, current under the lock taken with S); they are checked
-  -- again whenever it differs from the file last verified.
+  -- (3) The identity's conditions, every step: CACHE 1 (a session cache
+  -- hands out numbers below S later), increasing, no cycle; and its
+  -- relfilenode, which any ALTER SEQUENCE changes. Both from the caches,
+  -- current under the lock taken with S (an ALTER waits for it, and its
+  -- acquisition processed the invalidations of any committed before).
   v_file := pg_catalog.pg_relation_filenode('{{schema}}.events_seq_seq'::regclass);
-  IF v_file IS DISTINCT FROM w.seq_filenode THEN
-    SELECT q.seqcache, q.seqincrement, q.seqcycle INTO v_cache, v_inc, v_cycle
-      FROM pg_catalog.pg_sequence q WHERE q.seqrelid = '{{schema}}.events_seq_seq'::regclass;
-  END IF;
-  IF v_cache <> 1 OR v_inc <= 0 OR v_cycle THEN
+  v_params := pg_catalog.pg_sequence_parameters('{{schema}}.events_seq_seq'::regclass);
+  IF v_params.cache_size <> 1 OR v_params.increment <= 0 OR v_params.cycle_option THEN
     RAISE EXCEPTION 'tidemark: the identity sequence %.events_seq_seq must be CACHE 1, INCREMENT > 0, NO CYCLE (it is CACHE %, INCREMENT %, %)',
-      '{{schema}}', v_cache, v_inc, CASE WHEN v_cycle THEN 'CYCLE' ELSE 'NO CYCLE' END
+      '{{schema}}', v_params.cache_size, v_params.increment, CASE WHEN v_params.cycle_option THEN 'CYCLE' ELSE 'NO CYCLE' END
       USING ERRCODE = 'object_not_in_prerequisite_state',
             DETAIL = 'A cached or cycling sequence can hand out a number below one already seen. Nothing was published.',
             HINT = 'ALTER SEQUENCE ' || '{{schema}}' || '.events_seq_seq CACHE 1 INCREMENT 1 NO CYCLE';
@@ -296,6 +287,7 @@ BEGIN
     -- Monotonic, and only under a lease still live once the row is ours.
     -- Only a takeover or a release holds the row, for moments; an
     -- operator's SELECT ... FOR UPDATE makes the step fail after 200 ms.
+    v_lock_timeout := pg_catalog.current_setting('lock_timeout');
     PERFORM pg_catalog.set_config('lock_timeout', '200', true);
     UPDATE {{schema}}.watermark x
        SET safe_seq = greatest(x.safe_seq, coalesce(v_publish, 0)),
@@ -306,6 +298,10 @@ BEGIN
            seq_high = CASE WHEN v_rewound THEN v_s ELSE greatest(x.seq_high, v_s) END
      WHERE x.lease_owner = p_owner AND x.lease_expires_at > pg_catalog.clock_timestamp()
     RETURNING x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires;
+    -- Only the row wait is bounded: the COMMIT that follows may wait for
+    -- the cluster-wide notify lock (another session's NOTIFY commit), and a
+    -- timeout there would lose the publication.
+    PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
     IF NOT FOUND THEN
       SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO v_new, v_owner, v_expires FROM {{schema}}.watermark x;
       RETURN QUERY SELECT 'not_leader', v_new, w.safe_seq, v_s, pg_catalog.cardinality(v_h),
@@ -399,7 +395,7 @@ DECLARE
   v_delay_ms double precision := p_poll_min_ms;
   v_t0 timestamptz;
   v_tick timestamptz;
-  v_xact_at timestamptz;
+  v_t1 timestamptz;
   v_not_before timestamptz;
   v_tokens double precision := 10;
   v_s bigint;
@@ -412,13 +408,13 @@ BEGIN
   END IF;
   IF p_run_ms IS NULL OR p_run_ms < 0 OR p_lease_ttl_ms IS NULL OR p_lease_ttl_ms < 20
      OR v_renew_ms < 1 OR v_renew_ms * 2 >= p_lease_ttl_ms
-     OR p_poll_min_ms IS NULL OR p_poll_min_ms < 0 OR p_poll_max_ms IS NULL OR p_poll_max_ms < p_poll_min_ms
+     OR p_poll_min_ms IS NULL OR p_poll_min_ms < 1 OR p_poll_max_ms IS NULL OR p_poll_max_ms < p_poll_min_ms
      OR p_idle_grace_ms IS NULL OR p_idle_grace_ms < 0
      OR p_max_steps_per_second IS NULL OR p_max_steps_per_second < 1 THEN
     RAISE EXCEPTION 'run_watermarker: invalid timing (run % ms, lease ttl % ms, renew % ms, poll % to % ms, idle grace % ms, % steps/s)',
       p_run_ms, p_lease_ttl_ms, v_renew_ms, p_poll_min_ms, p_poll_max_ms, p_idle_grace_ms, p_max_steps_per_second
       USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 0 <= poll_min <= poll_max, idle grace >= 0, steps per second >= 1.';
+            HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 1 <= poll_min <= poll_max, idle grace >= 0, steps per second >= 1.';
   END IF;
   steps := 0; polls := 0; advanced := 0; pending := 0; idle := 0;
   try_lock_reads := 0; pg_locks_reads := 0; pg_locks_read_us_total := 0; step_us_total := 0; step_us_max := 0;
@@ -450,7 +446,6 @@ BEGIN
   v_renew_at := pg_catalog.clock_timestamp() + v_renew_ms * interval '1 millisecond';
   SELECT x.safe_seq INTO safe_seq FROM {{schema}}.watermark x;
   v_tick := pg_catalog.clock_timestamp();
-  v_xact_at := v_tick;
   v_not_before := v_tick;
 
   LOOP
@@ -494,8 +489,8 @@ BEGIN
 
       SELECT * INTO r FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, p_try_lock);
       COMMIT;
-      v_xact_at := pg_catalog.clock_timestamp();
-      v_us := extract(epoch FROM v_xact_at - v_t0) * 1e6;
+      v_t1 := pg_catalog.clock_timestamp();
+      v_us := extract(epoch FROM v_t1 - v_t0) * 1e6;
       v_tokens := v_tokens - 1;
       steps := steps + 1;
       step_us_total := step_us_total + v_us;
@@ -506,7 +501,7 @@ BEGIN
       lease_owner := r.lease_owner;
       lease_expires_at := r.lease_expires_at;
       oldest_pending_at := r.oldest_pending_at;
-      v_not_before := v_xact_at;
+      v_not_before := v_t1;
       IF r.holder_path = 'try_lock' THEN
         try_lock_reads := try_lock_reads + 1;
       ELSIF r.holder_path = 'pg_locks' THEN
@@ -514,12 +509,12 @@ BEGIN
         pg_locks_read_us_total := pg_locks_read_us_total + r.holder_read_us;
         -- A pg_locks read holds every lock-manager partition, delaying every
         -- lock request in the cluster meanwhile: at most 5% of the time.
-        v_not_before := v_xact_at + 20 * r.holder_read_us * interval '1 microsecond';
+        v_not_before := v_t1 + 20 * r.holder_read_us * interval '1 microsecond';
       END IF;
       CASE r.outcome
         WHEN 'advanced' THEN
           advanced := advanced + 1;
-          v_last_advance := v_xact_at;
+          v_last_advance := v_t1;
         WHEN 'pending' THEN
           pending := pending + 1;
         WHEN 'idle' THEN
@@ -539,8 +534,8 @@ BEGIN
         -- Writers hold a candidate back: look again after a quarter of its
         -- age (within the poll bounds), so a long writer costs few lock
         -- reads and its commit is published within a quarter of its wait.
-        v_not_before := greatest(v_not_before, v_xact_at + least(p_poll_max_ms::float8, greatest(p_poll_min_ms::float8,
-          extract(epoch FROM v_xact_at - oldest_pending_at) * 250)) * interval '1 millisecond');
+        v_not_before := greatest(v_not_before, v_t1 + least(p_poll_max_ms::float8, greatest(p_poll_min_ms::float8,
+          extract(epoch FROM v_t1 - oldest_pending_at) * 250)) * interval '1 millisecond');
       END IF;
       v_delay_ms := p_poll_min_ms;
     ELSE
@@ -555,16 +550,15 @@ BEGIN
       IF v_tokens < 1 THEN
         v_delay_ms := greatest(v_delay_ms, (1 - v_tokens) * 1000 / p_max_steps_per_second);
       END IF;
-      -- The looks share one transaction, which holds the sequence's
-      -- RowExclusiveLock (ALTER SEQUENCE waits for it): end it now and then.
-      IF v_t0 > v_xact_at + interval '100 milliseconds' THEN
-        COMMIT;
-        v_xact_at := pg_catalog.clock_timestamp();
-      END IF;
+      -- Never sleep inside a transaction: the look's holds the sequence's
+      -- RowExclusiveLock (ALTER SEQUENCE, and the writers queued behind
+      -- it, would wait for the sleep) and pins the xmin horizon.
+      COMMIT;
     END IF;
     v_delay_ms := greatest(v_delay_ms, extract(epoch FROM v_not_before - pg_catalog.clock_timestamp()) * 1000);
     IF v_delay_ms > 0 THEN
-      PERFORM pg_catalog.pg_sleep(least(v_delay_ms, extract(epoch FROM v_deadline - pg_catalog.clock_timestamp()) * 1000) / 1000);
+      -- Not past the run's end, nor past the lease renewal.
+      PERFORM pg_catalog.pg_sleep(least(v_delay_ms, extract(epoch FROM least(v_deadline, v_renew_at) - pg_catalog.clock_timestamp()) * 1000) / 1000);
     END IF;
   END LOOP;
   -- Buckets no step fell in are NULL after the array grew past them.

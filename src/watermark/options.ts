@@ -120,8 +120,8 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
   if (leaseRenewMs * 2 >= leaseTtlMs) {
     throw new InvalidOptionsError('leaseRenewMs', `must be below half of leaseTtlMs (${leaseTtlMs}), got ${leaseRenewMs}`);
   }
-  const pollMinMs = integerOption(options, 'pollMinMs', 1, 0, 60_000);
-  const pollMaxMs = integerOption(options, 'pollMaxMs', Math.max(100, pollMinMs), 0, 60_000);
+  const pollMinMs = integerOption(options, 'pollMinMs', 1, 1, 60_000);
+  const pollMaxMs = integerOption(options, 'pollMaxMs', Math.max(100, pollMinMs), 1, 60_000);
   if (pollMaxMs < pollMinMs) {
     throw new InvalidOptionsError('pollMaxMs', `must be at least pollMinMs (${pollMinMs}), got ${pollMaxMs}`);
   }

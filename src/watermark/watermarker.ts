@@ -86,8 +86,9 @@ export class Watermarker {
    * the throttled heartbeat. Observations of writers still in flight are
    * kept in the watermark row, so repeated steps (from any process) advance
    * safe_seq even while writers overlap without pause. A lease held by
-   * another owner, a pending publication or a locked row are outcomes, not
-   * errors.
+   * another owner, a pending publication or a sequence found set back are
+   * outcomes, not errors; a watermark row held by another session for more
+   * than 200 ms is an error (55P03), with nothing written.
    */
   async step(options: StepOptions = {}): Promise<WatermarkProgress> {
     if (this.closed) throw new ClosedError('Watermarker');

@@ -135,6 +135,32 @@ test('any client runs the loop with CALL, gets a summary, and stops when its lea
   await a.query('ROLLBACK');
 });
 
+test('the loop never sleeps inside a transaction: ALTER SEQUENCE (and the writers behind it) never waits for its sleep', async (t) => {
+  const db = await testDb(t);
+  const c = await plainClient(db);
+  const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  // Idle, backing off to one-second sleeps at once.
+  const running = c.query(`CALL tidemark.run_watermarker('sleeper', p_run_ms => 600000, p_idle_grace_ms => 0, p_poll_max_ms => 1000)`).catch(() => undefined);
+  db.defer(async () => {
+    await db.observer.query(`SELECT tidemark.release_lease('sleeper')`);
+    await running;
+  });
+  for (let i = 0; i < 5; i += 1) {
+    await waitFor('the loop to sleep', async () => {
+      const r = await db.observer.query(`SELECT wait_event FROM pg_stat_activity WHERE pid = $1`, [pid]);
+      return r.rows[0]?.wait_event === 'PgSleep';
+    });
+    const held = await db.observer.query(
+      `SELECT l.mode FROM pg_locks l WHERE l.pid = $1 AND l.relation = 'tidemark.events_seq_seq'::regclass`,
+      [pid],
+    );
+    assert.deepEqual(held.rows, [], 'no lock on the sequence while it sleeps');
+  }
+  const ddl = await db.session('ddl');
+  await ddl.query(`SET lock_timeout = '100ms'`);
+  await ddl.query('ALTER SEQUENCE tidemark.events_seq_seq CACHE 1');
+});
+
 test('after a publication, idle steps keep the fast cadence for idleGraceMs, then back off', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);

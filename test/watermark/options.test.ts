@@ -27,7 +27,7 @@ test('invalid watermarker options are rejected at construction, naming the optio
     [{ leaseTtlMs: '10s' }, 'leaseTtlMs'],
     [{ leaseTtlMs: 1000, leaseRenewMs: 500 }, 'leaseRenewMs'],
     [{ pollMinMs: 50, pollMaxMs: 10 }, 'pollMaxMs'],
-    [{ pollMinMs: -1 }, 'pollMinMs'],
+    [{ pollMinMs: 0 }, 'pollMinMs'],
     [{ summaryIntervalMs: 5000 }, 'summaryIntervalMs'],
     [{ retryMinMs: 100, retryMaxMs: 50 }, 'retryMaxMs'],
     [{ tryLockFirst: 'no' }, 'tryLockFirst'],

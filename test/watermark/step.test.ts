@@ -174,7 +174,28 @@ test('a sequence altered to CACHE 20 makes the step fail with a clear error and 
   assert.deepEqual(outcome(await wm.step()), ['pending', 1n]);
   assert.deepEqual(outcome(await wm.step()), ['advanced', 21n], 'the numbers cached under CACHE 20 are gone for good');
   assert.equal(await insertEvent(cached), 22n, 'the session cache was dropped with the old file');
+
+  // The catalog edited by hand (a superuser), no new file: still refused.
+  await observer.query(`UPDATE pg_sequence SET seqcache = 20 WHERE seqrelid = 'tidemark.events_seq_seq'::regclass`);
+  db.defer(() => observer.query(`UPDATE pg_sequence SET seqcache = 1 WHERE seqrelid = 'tidemark.events_seq_seq'::regclass`));
+  await insertEvent(cached);
+  await assert.rejects(wm.step(), { code: '55000' });
   await wm.close();
+});
+
+test('the step bounds only its wait for the watermark row: the caller\'s lock_timeout is in force again for the commit', async (t) => {
+  const db = await testDb(t);
+  const s = db.observer;
+  await s.query(`UPDATE tidemark.watermark SET lease_owner = 'x', lease_expires_at = clock_timestamp() + interval '1 minute'`);
+  await insertEvent(await db.session('writer'));
+  await s.query('BEGIN');
+  await s.query(`SET LOCAL lock_timeout = '7s'`);
+  assert.equal((await s.query(`SELECT outcome FROM tidemark.watermark_step('x')`)).rows[0].outcome, 'advanced');
+  // A 200 ms bound left in force would also bound the COMMIT's wait for the
+  // cluster-wide notify lock, and a timeout there would lose the publication.
+  assert.equal((await s.query('SHOW lock_timeout')).rows[0].lock_timeout, '7s');
+  await s.query('COMMIT');
+  assert.equal(await safeSeq(s), 1n);
 });
 
 test('a sequence set back below safe_seq: the step drops what it remembered, then fails with a clear error and publishes nothing', async (t) => {

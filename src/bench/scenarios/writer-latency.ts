@@ -55,12 +55,14 @@ async function stopWatermarker(child: ChildProcess): Promise<Histogram> {
 
 /**
  * The same writers (tidemark's append, 8 connections, open loop, one event
- * per transaction) with no watermarker, with tidemark's at its defaults and
- * at a fixed 10 ms step, and with a reference-style watermarker (blocking
- * exclusive acquisition, one statement per round trip, synchronous commit)
- * at 10 ms on the same fence and table. Windows rotate through the four
- * configurations so drift falls on all of them. The watermarker runs in its
- * own process; its CPU is that process plus its server backends.
+ * per transaction) with no watermarker, with tidemark's at its defaults
+ * (the try-lock first, then pg_locks) and reading pg_locks on every step
+ * (both paths' costs, side by side), and with a reference-style
+ * watermarker (blocking exclusive acquisition, one statement per round
+ * trip, synchronous commit) at 10 ms on the same fence and table. Windows
+ * rotate through the four configurations so drift falls on all of them.
+ * The watermarker runs in its own process; its CPU is that process plus
+ * its server backends.
  */
 export async function writerLatency(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
