@@ -365,7 +365,7 @@ CREATE PROCEDURE {{schema}}.run_watermarker(
   p_idle_grace_ms integer DEFAULT 1000,
   p_synchronous_commit boolean DEFAULT false,
   p_try_lock boolean DEFAULT true,
-  p_max_steps_per_second integer DEFAULT 120,
+  p_max_steps_per_second integer DEFAULT 100,
   INOUT reason text DEFAULT NULL,
   INOUT steps bigint DEFAULT NULL,
   INOUT polls bigint DEFAULT NULL,

@@ -19,20 +19,21 @@ import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
 import { CliError } from './cli-error.js';
 import { DEFAULT_SCHEMA } from '../db/queryable.js';
+import { REMOVED_WATERMARKER_OPTIONS } from '../watermark/options.js';
 
-/** Flags of earlier versions: parsed only to be refused, with the reason they went away. */
-const REMOVED_FLAGS: [flags: string, why: string][] = [
-  ['--lock-timeout <duration>', 'the watermark step no longer waits for the fence; it observes the writers in flight instead (docs/PROTOCOL.md §3)'],
-  ['--lock-timeout-max <duration>', 'the watermark step no longer waits for the fence, so there is no wait to escalate (docs/PROTOCOL.md §3)'],
-  ['--fence-try-limit <n>', 'the watermark step no longer takes the exclusive fence, so there are no try-lock misses to count (docs/PROTOCOL.md §3)'],
+/** Flags of the removed watermarker options: parsed only to be refused, with the reason they went away. */
+const REMOVED_FLAGS: [flags: string, option: string][] = [
+  ['--lock-timeout <duration>', 'lockTimeoutMs'],
+  ['--lock-timeout-max <duration>', 'lockTimeoutMaxMs'],
+  ['--fence-try-limit <n>', 'fenceTryLimit'],
 ];
 
 function refuseRemovedFlags(command: Command): Command {
-  for (const [flags, why] of REMOVED_FLAGS) {
+  for (const [flags, option] of REMOVED_FLAGS) {
     const name = flags.split(' ')[0]!;
     command.addOption(
       new Option(flags).hideHelp().argParser(() => {
-        throw new CliError(`${name} was removed: ${why}`);
+        throw new CliError(`${name} was removed: ${REMOVED_WATERMARKER_OPTIONS[option]}`);
       }),
     );
   }

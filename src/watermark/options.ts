@@ -27,7 +27,7 @@ export interface WatermarkerOptions {
    * At most this many steps a second on average (bursts of 10). When events
    * flow faster, each step publishes more of them: the loop's CPU use stays
    * bounded, and the delay it adds stays below 1000 / maxStepsPerSecond ms.
-   * Looks at the sequence between steps (`pollMinMs`) cost far less. Default 120.
+   * Looks at the sequence between steps (`pollMinMs`) cost far less. Default 100.
    */
   maxStepsPerSecond?: number;
   /**
@@ -68,9 +68,9 @@ export type ResolvedWatermarkerOptions = Readonly<
   Required<Omit<WatermarkerOptions, 'observer' | 'onError'>> & Pick<WatermarkerOptions, 'observer' | 'onError'>
 >;
 
-/** Options of earlier versions, refused with the reason they went away. */
-const REMOVED: Record<string, string> = {
-  lockTimeoutMs: 'the watermark step no longer waits for the fence: it observes in-flight writers instead (docs/PROTOCOL.md §3)',
+/** Options of earlier versions, refused with the reason they went away (the CLI refuses their flags with it too). */
+export const REMOVED_WATERMARKER_OPTIONS: Readonly<Record<string, string>> = {
+  lockTimeoutMs: 'the watermark step no longer waits for the fence; it observes the writers in flight instead (docs/PROTOCOL.md §3)',
   lockTimeoutMaxMs: 'the watermark step no longer waits for the fence, so there is no wait to escalate (docs/PROTOCOL.md §3)',
   fenceTryLimit: 'the watermark step no longer takes the exclusive fence, so there are no try-lock misses to count (docs/PROTOCOL.md §3)',
 };
@@ -110,7 +110,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     throw new InvalidOptionsError('options', 'expected an object');
   }
   for (const name of Object.keys(options)) {
-    if (name in REMOVED) throw new InvalidOptionsError(name, `was removed: ${REMOVED[name]}`);
+    if (name in REMOVED_WATERMARKER_OPTIONS) throw new InvalidOptionsError(name, `was removed: ${REMOVED_WATERMARKER_OPTIONS[name]}`);
     if (!KNOWN.has(name)) throw new InvalidOptionsError(name, `is not a Watermarker option (known: ${[...KNOWN].join(', ')})`);
   }
   const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
@@ -145,7 +145,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     pollMaxMs,
     idleGraceMs: integerOption(options, 'idleGraceMs', 1000, 0, DAY),
     summaryIntervalMs,
-    maxStepsPerSecond: integerOption(options, 'maxStepsPerSecond', 120, 1, 100_000),
+    maxStepsPerSecond: integerOption(options, 'maxStepsPerSecond', 100, 1, 100_000),
     tryLockFirst: booleanOption(options, 'tryLockFirst', true),
     retryMinMs,
     retryMaxMs,
