@@ -55,7 +55,8 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Gives the lease up. Also the stop request for a running loop: it returns
--- at its next step, because it renews only a lease it still holds.
+-- within p_poll_max_ms, because it renews only a lease it still holds and
+-- checks it at every step, and every p_poll_max_ms while idle.
 CREATE FUNCTION {{schema}}.release_lease(p_owner text) RETURNS boolean
 LANGUAGE sql VOLATILE AS $$
   WITH released AS (
@@ -396,6 +397,7 @@ DECLARE
   v_t0 timestamptz;
   v_tick timestamptz;
   v_t1 timestamptz;
+  v_lease_seen timestamptz;
   v_not_before timestamptz;
   v_tokens double precision := 10;
   v_s bigint;
@@ -447,6 +449,7 @@ BEGIN
   SELECT x.safe_seq INTO safe_seq FROM {{schema}}.watermark x;
   v_tick := pg_catalog.clock_timestamp();
   v_not_before := v_tick;
+  v_lease_seen := v_tick;
 
   LOOP
     v_t0 := pg_catalog.clock_timestamp();
@@ -490,6 +493,7 @@ BEGIN
       SELECT * INTO r FROM {{schema}}.watermark_step(p_owner, p_synchronous_commit, p_try_lock);
       COMMIT;
       v_t1 := pg_catalog.clock_timestamp();
+      v_lease_seen := v_t1;
       v_us := extract(epoch FROM v_t1 - v_t0) * 1e6;
       v_tokens := v_tokens - 1;
       steps := steps + 1;
@@ -540,6 +544,19 @@ BEGIN
       v_delay_ms := p_poll_min_ms;
     ELSE
       polls := polls + 1;
+      -- A step checks the lease; while no step runs, a look does, every
+      -- p_poll_max_ms: release_lease (the stop request) or a takeover ends
+      -- the loop that soon even when nothing is written.
+      IF v_t0 >= v_lease_seen + p_poll_max_ms * interval '1 millisecond' THEN
+        SELECT x.safe_seq, x.lease_owner, x.lease_expires_at INTO safe_seq, lease_owner, lease_expires_at FROM {{schema}}.watermark x;
+        IF lease_owner IS DISTINCT FROM p_owner THEN
+          COMMIT;
+          leader := false;
+          reason := CASE WHEN lease_owner IS NULL THEN 'released' ELSE 'lease_lost' END;
+          EXIT;
+        END IF;
+        v_lease_seen := v_t0;
+      END IF;
       -- Nothing to step for yet. Keep the fast cadence within the idle
       -- grace after a publication, then back off; and never sooner than
       -- the next step may run.

@@ -143,7 +143,7 @@ export class Watermarker {
           this.report(err);
           this.emit({ type: 'retry', error: err, delayMs: pauseMs });
         }
-        if (pauseMs > 0) await delay(pauseMs, undefined, { signal }).catch(() => undefined);
+        if (pauseMs > 0 && !this.closed) await delay(pauseMs, undefined, { signal }).catch(() => undefined);
       }
     } finally {
       loop.close();
@@ -151,7 +151,12 @@ export class Watermarker {
     }
   }
 
-  /** Releases the lease (so a standby takes over at once) and refuses further steps. Idempotent; does not end the pool. */
+  /**
+   * Releases the lease (so a standby takes over at once) and refuses further
+   * steps. A running `run()` loop takes the release as its stop request: it
+   * returns its summary within `pollMaxMs`, and `run()` resolves. Idempotent;
+   * does not end the pool.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

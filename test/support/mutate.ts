@@ -140,6 +140,14 @@ const MUTANTS: Mutant[] = [
     tests: ['watermark/loop'],
   },
   {
+    id: 'idle-stop-request',
+    what: 'look without checking the lease: an idle loop misses the stop request',
+    file: STEP,
+    find: '        IF lease_owner IS DISTINCT FROM p_owner THEN\n          COMMIT;',
+    replace: '        IF false THEN\n          COMMIT;',
+    tests: ['watermark/loop'],
+  },
+  {
     id: 'open-transaction',
     what: 'step on a pooled connection left inside a transaction',
     file: 'src/watermark/watermarker.ts',

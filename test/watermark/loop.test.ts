@@ -71,6 +71,28 @@ test('run() supervises the loop inside PostgreSQL: it publishes, reports summari
   assert.equal(await leaseOwner(db), null, 'close() releases it');
 });
 
+test('close() while run() runs is the stop request: the loop returns its last summary and run() resolves', async (t) => {
+  const db = await testDb(t);
+  const runs: WatermarkRunSummary[] = [];
+  const stop = new AbortController();
+  const watcher = new Watermarker(db.pool(), {
+    owner: 'looper-closed',
+    leaseTtlMs: 600_000,
+    summaryIntervalMs: 20_000,
+    observer: (e) => e.type === 'run' && void runs.push(e.summary),
+  });
+  const running = watcher.run(stop.signal);
+  db.defer(() => stop.abort());
+  await waitFor('the lease', async () => (await leaseOwner(db)) === 'looper-closed');
+  await insertEvent(await db.session('writer'));
+  await waitFor('a publication', async () => (await safeSeq(db.observer)) === 1n);
+  await watcher.close();
+  await running; // well before its 20 s run would have ended, and its lease renewal
+  assert.equal(runs.at(-1)?.reason, 'released');
+  assert.equal(runs.at(-1)?.advanced, 1);
+  assert.equal(await leaseOwner(db), null);
+});
+
 test('a terminated loop backend: run() reports it, reconnects by itself and goes on publishing', async (t) => {
   const db = await testDb(t);
   const { observer } = db;

@@ -29,27 +29,25 @@ export async function runWatermarkerChild(kind: string, url: string, step: strin
   const pool = benchPool(url, 3, WATERMARKER_APP);
   try {
     if (kind === 'tidemark') {
-      let onReleased = () => undefined as void;
       const wm = new Watermarker(pool, {
         owner: 'bench',
         tryLockFirst: step !== 'pg_locks',
         observer: (event) => {
           if (event.type !== 'run') return;
           for (const [i, n] of event.summary.stepHistogram.entries()) hold.recordMs(stepBucketMs(i), n);
-          if (event.summary.reason === 'released') onReleased();
         },
       });
-      // Stopped by the stop request (releasing the lease), so the last run
-      // returns its summary instead of being cancelled.
+      // Stopped by close(), which releases the lease (the stop request): the
+      // last run returns its summary instead of being cancelled, and run()
+      // ends after it.
       const running = new AbortController();
       const done = wm.run(running.signal).catch(() => undefined);
       process.send?.({ type: 'ready' });
       await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-      const released = new Promise<void>((resolve) => (onReleased = resolve));
-      await pool.query('SELECT tidemark.release_lease($1)', ['bench']);
-      await Promise.race([released, new Promise((resolve) => setTimeout(resolve, 2000))]);
-      running.abort();
+      await wm.close();
+      const stopped = setTimeout(() => running.abort(), 2000);
       await done;
+      clearTimeout(stopped);
     } else if (kind === 'reference') {
       process.send?.({ type: 'ready' });
       await runReferenceWatermarker(
