@@ -41,7 +41,14 @@ UPDATE {{schema}}.watermark
 -- against a live lease matches no row, so it takes no row lock.
 CREATE FUNCTION {{schema}}.acquire_lease(p_owner text, p_ttl_ms integer)
 RETURNS TABLE (held boolean, lease_owner text, lease_expires_at timestamptz)
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+  IF p_owner IS NULL OR p_owner = '' OR p_ttl_ms IS NULL OR p_ttl_ms < 1 THEN
+    RAISE EXCEPTION 'acquire_lease: need an owner name and a positive TTL in milliseconds (got %, %)', p_owner, p_ttl_ms
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN QUERY
   WITH acquired AS (
     UPDATE {{schema}}.watermark w
        SET lease_owner = p_owner,
@@ -51,7 +58,8 @@ LANGUAGE sql VOLATILE AS $$
   SELECT true, a.lease_owner, a.lease_expires_at FROM acquired a
   UNION ALL
   SELECT false, w.lease_owner, w.lease_expires_at FROM {{schema}}.watermark w
-   WHERE NOT EXISTS (SELECT 1 FROM acquired)
+   WHERE NOT EXISTS (SELECT 1 FROM acquired);
+END
 $$;
 
 -- Gives the lease up. Also the stop request for a running loop: it returns
@@ -587,6 +595,51 @@ REVOKE EXECUTE ON PROCEDURE {{schema}}.run_watermarker(text, integer, integer, i
   text, bigint, bigint, bigint, bigint, bigint, bigint, bigint, double precision, double precision, double precision, integer[], bigint, boolean,
   text, timestamptz, timestamptz) FROM PUBLIC;
 
+-- Every session holding the shared side of the fence in this database,
+-- oldest transaction first: pid (NULL for a prepared transaction), name
+-- and what it is doing. Read-only over pg_locks, pg_stat_activity (which
+-- hides other roles' statements from unprivileged callers) and
+-- pg_prepared_xacts, so any role may call it: bootstrap names these
+-- writers when it cannot take the fence.
+CREATE FUNCTION {{schema}}.fence_holders()
+RETURNS TABLE (
+  pid                integer,
+  virtualtransaction text,
+  application_name   text,
+  client_addr        inet,
+  xact_start         timestamptz,
+  age_seconds        double precision,
+  state              text,
+  query              text,
+  prepared_gid       text
+)
+LANGUAGE sql VOLATILE AS $$
+  WITH locks AS MATERIALIZED (
+    SELECT l.locktype, l.virtualtransaction, l.pid, l.transactionid, l.classid, l.objid, l.objsubid, l.mode, l.granted
+      FROM pg_catalog.pg_locks l
+     WHERE l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        OR l.locktype = 'transactionid'),
+  holders AS (
+    SELECT l.pid, l.virtualtransaction
+      FROM locks l
+     WHERE l.locktype = 'advisory'
+       AND l.classid = ((({{fence_key}}) >> 32) & 4294967295)::oid
+       AND l.objid = (({{fence_key}}) & 4294967295)::oid
+       AND l.objsubid = 1 AND l.mode = 'ShareLock' AND l.granted)
+  SELECT h.pid, h.virtualtransaction, a.application_name, a.client_addr,
+         coalesce(a.xact_start, p.prepared),
+         extract(epoch FROM pg_catalog.clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8,
+         CASE WHEN h.pid IS NULL THEN 'prepared' ELSE a.state END,
+         CASE WHEN h.pid IS NULL THEN NULL ELSE pg_catalog.left(a.query, 200) END,
+         p.gid
+    FROM holders h
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+    LEFT JOIN locks x ON h.pid IS NULL AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'
+                     AND x.virtualtransaction = h.virtualtransaction
+    LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = x.transactionid
+   ORDER BY 5 NULLS LAST, 1
+$$;
+
 -- The writers safe_seq waits for, for operators: the holders of the oldest
 -- pending candidate still in flight, plus every prepared transaction that
 -- holds the fence (they block every candidate). Empty when nothing waits.
@@ -609,32 +662,11 @@ LANGUAGE sql VOLATILE AS $$
     SELECT c.seq, c.holders, c.taken_at
       FROM {{schema}}.watermark w, pg_catalog.unnest(w.candidates) WITH ORDINALITY AS c(seq, holders, taken_at, n)
      WHERE w.candidates_epoch = pg_catalog.pg_postmaster_start_time() AND c.seq > w.safe_seq
-     ORDER BY c.n LIMIT 1),
-  locks AS MATERIALIZED (
-    SELECT l.locktype, l.virtualtransaction, l.pid, l.transactionid, l.classid, l.objid, l.objsubid, l.mode, l.granted
-      FROM pg_catalog.pg_locks l
-     WHERE l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-        OR l.locktype = 'transactionid'),
-  holders AS (
-    SELECT l.pid, l.virtualtransaction
-      FROM locks l, oldest o
-     WHERE l.locktype = 'advisory'
-       AND l.classid = ((({{fence_key}}) >> 32) & 4294967295)::oid
-       AND l.objid = (({{fence_key}}) & 4294967295)::oid
-       AND l.objsubid = 1 AND l.mode = 'ShareLock' AND l.granted
-       AND (l.virtualtransaction = ANY (o.holders) OR l.pid IS NULL))
-  SELECT h.pid, h.virtualtransaction, a.application_name, a.client_addr,
-         coalesce(a.xact_start, p.prepared),
-         extract(epoch FROM pg_catalog.clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8,
-         CASE WHEN h.pid IS NULL THEN 'prepared' ELSE a.state END,
-         CASE WHEN h.pid IS NULL THEN NULL ELSE pg_catalog.left(a.query, 200) END,
-         p.gid, o.seq, o.taken_at
-    FROM holders h CROSS JOIN oldest o
-    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
-    LEFT JOIN locks x ON h.pid IS NULL AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'
-                     AND x.virtualtransaction = h.virtualtransaction
-    LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = x.transactionid
-   ORDER BY 5 NULLS LAST, 1
+     ORDER BY c.n LIMIT 1)
+  SELECT h.*, o.seq, o.taken_at
+    FROM {{schema}}.fence_holders() h, oldest o
+   WHERE h.virtualtransaction = ANY (o.holders) OR h.pid IS NULL
+   ORDER BY h.xact_start NULLS LAST, h.pid
 $$;
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.blocking_writers() FROM PUBLIC;

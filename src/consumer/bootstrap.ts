@@ -139,29 +139,19 @@ async function takeSnapshot(hold: CursorHold, s: string, fence: string, options:
       if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
     }
     const waited = Date.now() - started;
-    if (waited >= options.bootstrapFenceTimeoutMs) throw new FenceBusyError('bootstrap', waited, await fenceHolders(client, fence));
+    if (waited >= options.bootstrapFenceTimeoutMs) throw new FenceBusyError('bootstrap', waited, await fenceHolders(client, s));
     await sleep(pause, signal);
     pause = Math.min(pause * 2, 1000);
   }
 }
 
-/** The sessions holding the shared fence now, oldest transaction first (for the error's message); empty if that cannot be read. */
-async function fenceHolders(client: pg.PoolClient, fence: string): Promise<FenceBusyError['holders']> {
-  const key = BigInt(fence);
+/** The writers holding the shared fence now, oldest first (for the error's message); empty if that cannot be read. */
+async function fenceHolders(client: pg.PoolClient, schema: string): Promise<FenceBusyError['holders']> {
   try {
-    const r = await client.query<{ pid: number | null; application_name: string | null; age: number | null }>(
-      `SELECT l.pid, a.application_name, extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8 AS age
-         FROM pg_catalog.pg_locks l
-         LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-         LEFT JOIN pg_catalog.pg_locks x ON l.pid IS NULL AND x.locktype = 'transactionid' AND x.virtualtransaction = l.virtualtransaction
-         LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = x.transactionid
-        WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ShareLock' AND l.objsubid = 1
-          AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
-          AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-        ORDER BY age DESC NULLS LAST`,
-      [(BigInt.asUintN(64, key) >> 32n).toString(), BigInt.asUintN(32, key).toString()],
+    const r = await client.query<{ pid: number | null; application_name: string | null; age_seconds: number | null }>(
+      `SELECT pid, application_name, age_seconds FROM ${schema}.fence_holders()`,
     );
-    return r.rows.map((h) => ({ pid: h.pid, applicationName: h.application_name, ageSeconds: h.age }));
+    return r.rows.map((h) => ({ pid: h.pid, applicationName: h.application_name, ageSeconds: h.age_seconds }));
   } catch {
     return [];
   }

@@ -1,13 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { quoteIdent } from '../db/queryable.js';
 
-/** The lease as seen by one acquire/renew attempt. */
-export interface LeaseState {
-  held: boolean;
-  owner: string | null;
-  expiresAt: Date | null;
-}
-
 /** The lease statements of one schema: `acquire_lease` and `release_lease` (migration 0004). */
 export interface LeaseSql {
   acquire: string;
@@ -17,15 +10,9 @@ export interface LeaseSql {
 export function leaseSql(schema: string): LeaseSql {
   const s = quoteIdent(schema);
   return {
-    acquire: `SELECT held, lease_owner, lease_expires_at FROM ${s}.acquire_lease($1, $2)`,
+    acquire: `SELECT held FROM ${s}.acquire_lease($1, $2)`,
     release: `SELECT ${s}.release_lease($1) AS released`,
   };
-}
-
-interface LeaseRow {
-  held: boolean;
-  lease_owner: string | null;
-  lease_expires_at: Date | null;
 }
 
 /**
@@ -34,9 +21,9 @@ interface LeaseRow {
  * matches no row, so it takes no row lock and never delays the active
  * watermarker's publication.
  */
-export async function acquireLease(db: Queryable, sql: LeaseSql, owner: string, ttlMs: number): Promise<LeaseState> {
+export async function acquireLease(db: Queryable, sql: LeaseSql, owner: string, ttlMs: number): Promise<boolean> {
   const result = await db.query(sql.acquire, [owner, ttlMs]);
-  const row = result.rows[0] as LeaseRow | undefined;
+  const row = result.rows[0] as { held: boolean } | undefined;
   if (!row) throw new Error('tidemark watermark row is missing; was the schema migrated?');
-  return { held: row.held, owner: row.lease_owner, expiresAt: row.lease_expires_at };
+  return row.held;
 }

@@ -94,9 +94,8 @@ export class Watermarker {
     if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
     if (!this.leader || Date.now() >= this.renewDueAt) {
-      const lease = await acquireLease(this.pool, this.lease, o.owner, o.leaseTtlMs);
-      this.leader = lease.held;
-      if (lease.held) this.renewDueAt = Date.now() + o.leaseRenewMs;
+      this.leader = await acquireLease(this.pool, this.lease, o.owner, o.leaseTtlMs);
+      if (this.leader) this.renewDueAt = Date.now() + o.leaseRenewMs;
     }
     const progress = this.fromRow(await this.stepOnce());
     this.emit({ type: 'step', progress: { ...progress } });

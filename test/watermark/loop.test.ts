@@ -153,6 +153,9 @@ test('any client runs the loop with CALL, gets a summary, and stops when its lea
     assert.match(err.message, /invalid timing/);
     return true;
   });
+  await assert.rejects(a.query(`SELECT * FROM tidemark.acquire_lease(NULL, 1000)`), { code: '22023' });
+  await assert.rejects(a.query(`SELECT * FROM tidemark.acquire_lease('x', 0)`), { code: '22023' });
+  assert.equal(await leaseOwner(db), null, 'nothing was written');
   await assert.rejects(a.query(`BEGIN; CALL tidemark.run_watermarker('x', p_run_ms => 10)`), /invalid transaction termination/);
   await a.query('ROLLBACK');
 });
