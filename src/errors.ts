@@ -201,7 +201,9 @@ const RETRYABLE_SYSTEM_ERRORS: ReadonlySet<string> = new Set([
 
 /**
  * Whether running the failed operation again may succeed. True for
- * connection failures (SQLSTATE class 08, socket errors, `CONNECTION_LOST`),
+ * connection failures (SQLSTATE class 08, socket errors, `CONNECTION_LOST`,
+ * node-postgres's `Connection terminated unexpectedly` and its other
+ * connection errors that carry no code),
  * serialization failures, deadlocks, lock timeouts, too many connections,
  * server shutdown and start-up, cursor contention and a busy fence. False for
  * everything else, in particular cancellation and aborts, `RESYNC_REQUIRED`
@@ -222,6 +224,7 @@ export function isRetryable(err: unknown): boolean {
     return err.code === 'CURSOR_CONTENTION' || err.code === 'FENCE_BUSY' || err.code === 'CONNECTION_LOST';
   }
   if (err instanceof AggregateError) return err.errors.some(isRetryable); // happy-eyeballs connect
+  if (isDriverConnectionError(err)) return true;
   // Socket errors first: 'EPIPE' is also five capitals, like a SQLSTATE.
   if (typeof err === 'object' && err !== null && 'syscall' in err && 'code' in err && typeof err.code === 'string') {
     return RETRYABLE_SYSTEM_ERRORS.has(err.code);
@@ -230,9 +233,30 @@ export function isRetryable(err: unknown): boolean {
   return state !== undefined && (state.startsWith('08') || RETRYABLE_SQLSTATES.has(state));
 }
 
+/**
+ * node-postgres reports a connection that ended under a query, or that could
+ * not be set up in time, with a plain `Error` that has neither a SQLSTATE nor
+ * a socket code: its exact message is the only mark it carries. These are
+ * the driver's own fixed texts (pg 8: client.js, pg-pool), matched whole.
+ */
+const DRIVER_CONNECTION_ERRORS: ReadonlySet<string> = new Set([
+  'Connection terminated unexpectedly',
+  'Connection terminated',
+  'Connection terminated due to connection timeout',
+  'timeout exceeded when trying to connect',
+  'Client was closed and is not queryable',
+  'Client has encountered a connection error and is not queryable',
+]);
+
+/** Whether `err` is one of node-postgres's own connection errors (no SQLSTATE, no socket code). */
+export function isDriverConnectionError(err: unknown): boolean {
+  return err instanceof Error && !('code' in err) && DRIVER_CONNECTION_ERRORS.has(err.message);
+}
+
 /** The SQLSTATE of a PostgreSQL error, if `err` is one. */
 export function sqlState(err: unknown): string | undefined {
-  if (typeof err === 'object' && err !== null && 'code' in err) {
+  // A Node socket or file error ('EPIPE', 'ENOENT') is not a SQLSTATE, though some are five capitals.
+  if (typeof err === 'object' && err !== null && 'code' in err && !('syscall' in err)) {
     const code = (err as { code: unknown }).code;
     if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
   }

@@ -54,7 +54,7 @@ export async function openBootstrap(
   onClose: (snapshot: BootstrapSnapshot) => void,
 ): Promise<BootstrapSnapshot> {
   const s = quoteIdent(options.schema);
-  const hold = await CursorHold.open(pool, options.schema, consumer, stream, signal);
+  const hold = await CursorHold.open(pool, options.schema, consumer, stream, signal, options.lockTimeoutMs + options.responseTimeoutMs);
   const { client } = hold;
   const fence = fenceKey(options.schema).toString();
   let inTransaction = false;

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { ClosedError, ConnectionLostError, CursorContentionError, SQLSTATE, TidemarkError, sqlState } from '../errors.js';
 import type { Transaction } from './events.js';
 import { acquire } from '../db/acquire.js';
+import { withDeadline } from '../db/deadline.js';
 import { cursorKey } from '../db/queryable.js';
 
 /** Resets what a session may carry to the next pool user; refuses to run inside an open transaction. */
@@ -51,6 +52,8 @@ export class CursorHold {
     private readonly key: bigint,
     readonly consumer: string,
     readonly stream: string,
+    /** Bound on each of tidemark's own statements on this connection; past it the connection is dropped. */
+    readonly boundMs: number,
   ) {
     let fail!: (err: unknown) => void;
     this.lost = new Promise<never>((_, reject) => (fail = reject));
@@ -63,13 +66,17 @@ export class CursorHold {
     client.on('end', this.onError);
   }
 
-  /** Checks out a connection and takes the cursor's advisory lock, or throws `CursorContentionError`. */
-  static async open(pool: pg.Pool, schema: string, consumer: string, stream: string, signal?: AbortSignal): Promise<CursorHold> {
+  /**
+   * Checks out a connection and takes the cursor's advisory lock, or throws
+   * `CursorContentionError`. Each of tidemark's statements on it must be
+   * answered within `boundMs`, or the connection is dropped (`CONNECTION_LOST`).
+   */
+  static async open(pool: pg.Pool, schema: string, consumer: string, stream: string, signal: AbortSignal | undefined, boundMs: number): Promise<CursorHold> {
     const client = await acquire(pool, signal);
-    const hold = new CursorHold(client, cursorKey(schema, consumer, stream), consumer, stream);
+    const hold = new CursorHold(client, cursorKey(schema, consumer, stream), consumer, stream, boundMs);
     let locked: boolean;
     try {
-      const r = await client.query<{ ok: boolean }>('SELECT pg_catalog.pg_try_advisory_lock($1) AS ok', [hold.key.toString()]);
+      const r = await hold.query<{ ok: boolean }>('SELECT pg_catalog.pg_try_advisory_lock($1) AS ok', [hold.key.toString()]);
       locked = r.rows[0]!.ok;
     } catch (err) {
       hold.markBroken(err);
@@ -81,6 +88,13 @@ export class CursorHold {
       throw new CursorContentionError(consumer, stream);
     }
     return hold;
+  }
+
+  /** One of tidemark's own statements on the held connection, answered within `boundMs` or the connection is dropped. */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    return withDeadline(this.client, this.boundMs, `${JSON.stringify(this.consumer)} on ${JSON.stringify(this.stream)}`, () =>
+      this.client.query<R>(text, values),
+    );
   }
 
   /** True once the connection failed or its state became unknown. */
@@ -126,7 +140,7 @@ export class CursorHold {
   async rollback(): Promise<void> {
     if (this.broken !== undefined) return;
     try {
-      await this.client.query('ROLLBACK');
+      await this.query('ROLLBACK');
     } catch (err) {
       this.markBroken(err);
     }
@@ -147,7 +161,7 @@ export class CursorHold {
         // First statement: a session with no open transaction starts one
         // here, so now() equals statement_timestamp(); inside a transaction
         // left open it would not, and the connection must not be reused.
-        const results = (await this.client.query(RELEASE_SQL)) as unknown as { rows: { fresh: boolean }[] }[];
+        const results = (await this.query(RELEASE_SQL)) as unknown as { rows: { fresh: boolean }[] }[];
         if (!results[0]!.rows[0]!.fresh) this.markBroken(new Error('a transaction was left open on the connection'));
       } catch (err) {
         this.markBroken(err);

@@ -45,8 +45,8 @@ export interface HandlerContext {
  */
 export type Handler = (event: StreamEvent, tx: Transaction, context: HandlerContext) => unknown;
 
-/** Why a tailer paged: first page, the previous page was full, a notification, the poll interval, or the listener (re)connected. */
-export type WakeReason = 'start' | 'full' | 'notify' | 'poll' | 'listener';
+/** Why a tailer paged: first page, the previous page was full, a notification, the poll interval, the listener (re)connected, or a retry after a failure. */
+export type WakeReason = 'start' | 'full' | 'notify' | 'poll' | 'listener' | 'retry';
 
 /** Events a {@link StreamClient} reports to its `observer`. */
 export type ConsumerEvent =
@@ -63,6 +63,8 @@ export type ConsumerEvent =
       wake: WakeReason;
     }
   | { type: 'resync'; consumer: string; stream: string; cursor: bigint; prunedThrough: bigint }
+  /** `tail` failed with a retryable error (`error`) and runs again after `delayMs`; `attempt` counts failures since the last page that committed. */
+  | { type: 'retry'; consumer: string; stream: string; error: unknown; attempt: number; delayMs: number }
   | { type: 'listener:listening' }
   | { type: 'listener:notification'; safeSeq: bigint }
   | { type: 'listener:error'; error: unknown; attempt: number; retryInMs: number }

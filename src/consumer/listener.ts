@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { ConnectionLostError } from '../errors.js';
 import { sleep } from '../db/acquire.js';
+import { withDeadline } from '../db/deadline.js';
 import { quoteIdent } from '../db/queryable.js';
 import type { ConsumerEvent, WakeReason } from './events.js';
 
@@ -12,6 +13,8 @@ export interface ListenerOptions {
   backoffMinMs: number;
   backoffMaxMs: number;
   acquireTimeoutMs: number;
+  /** While listening, a `SELECT 1` this often, each answered within this long, or the connection is dropped and the listener reconnects. */
+  responseTimeoutMs: number;
   emit: (event: ConsumerEvent) => void;
 }
 
@@ -170,13 +173,19 @@ export class Listener {
       };
     });
     const generation = this.generation;
+    let pinger: NodeJS.Timeout | undefined;
     client.on('error', onFailure);
     client.on('end', onFailure);
     client.on('notification', this.notified);
     const channel = quoteIdent(this.options.channel);
     try {
-      await client.query(`LISTEN ${channel}`);
+      const bound = this.options.responseTimeoutMs;
+      await withDeadline(client, bound, 'listener', () => client.query(`LISTEN ${channel}`));
       this.options.emit({ type: 'listener:listening' });
+      // An idle LISTEN connection hears nothing from a half-open path: probe it.
+      pinger = setInterval(() => {
+        withDeadline(client, bound, 'listener', () => client.query('SELECT 1')).catch(onFailure);
+      }, bound);
       // Notifications sent while nobody listened are lost: wake everyone to page once.
       for (const waiter of [...this.waiters]) waiter.wake('listener');
       let onAbort: (() => void) | undefined;
@@ -187,10 +196,12 @@ export class Listener {
       });
       await Promise.race([failed, stopped]);
       stop.removeEventListener('abort', onAbort!);
-      if (broken === undefined) await client.query(`UNLISTEN ${channel}`);
+      clearInterval(pinger);
+      if (broken === undefined) await withDeadline(client, this.options.responseTimeoutMs, 'listener', () => client.query(`UNLISTEN ${channel}`));
     } catch (err) {
       broken ??= err;
     } finally {
+      clearInterval(pinger);
       client.off('notification', this.notified);
       client.off('error', onFailure);
       client.off('end', onFailure);

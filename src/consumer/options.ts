@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, integerOption } from '../options.js';
+import { checkCallbacks, checkKnownOptions, integerOption } from '../options.js';
 import type { ConsumerEvent } from './events.js';
 
 /** Options for {@link StreamClient}. Every duration is in milliseconds. */
@@ -34,6 +34,31 @@ export interface StreamClientOptions {
   fenceLockTimeoutMs?: number;
   /** Total time `bootstrap` tries for the fence before `FenceBusyError`. Default 30000. */
   bootstrapFenceTimeoutMs?: number;
+  /**
+   * `tail` recovers by itself from every retryable error (`isRetryable`:
+   * connection lost, server shutdown or restart, too many connections,
+   * serialization failures and deadlocks in the page): it backs off, takes
+   * the cursor again and goes on from the durable cursor. Each retry is an
+   * observer event `{ type: 'retry' }`. Cursor contention on the first
+   * acquisition still rejects at once (another tailer runs); after a lost
+   * connection it is retried (the old session may linger until the server
+   * notices it is gone). `false`: `tail` rejects with the first error, as
+   * `drain` always does. Default true.
+   */
+  retry?: boolean;
+  /** First delay before `tail` retries; it doubles, with jitter, up to `retryMaxMs`. Default 100. */
+  retryMinMs?: number;
+  /** Cap of the retry delay. Default 10000. */
+  retryMaxMs?: number;
+  /**
+   * How long a statement of tidemark's own (a page's reads, its cursor
+   * advance and COMMIT, the cursor lock; never a handler's statements) may go
+   * unanswered beyond `lockTimeoutMs` before the connection is treated as
+   * dead: it is destroyed and the tail fails with `CONNECTION_LOST` (and
+   * retries). With TCP keepalive this bounds how long a half-open
+   * connection goes unnoticed: `lockTimeoutMs + responseTimeoutMs`. Default 10000.
+   */
+  responseTimeoutMs?: number;
   /** Receives pages, resyncs and listener state changes. Errors it throws go to `onError`. */
   observer?: (event: ConsumerEvent) => void;
   /** Receives errors that do not end a tail: listener failures and observer errors. */
@@ -47,7 +72,13 @@ export type ResolvedStreamClientOptions = Readonly<
 
 const HOUR = 3_600_000;
 
-/** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
+/** Bounds of `pollIntervalMs` (the CLI's `--poll` checks them in its own terms). */
+export const POLL_INTERVAL_BOUNDS = { min: 1, max: HOUR } as const;
+
+/**
+ * Applies defaults and validates; throws {@link InvalidOptionsError} naming
+ * the first bad option, or an option it does not know.
+ */
 export function resolveStreamClientOptions(options: StreamClientOptions = {}): ResolvedStreamClientOptions {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidOptionsError('options', 'expected an object');
@@ -63,11 +94,19 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
   if (options.listen !== undefined && typeof options.listen !== 'boolean') {
     throw new InvalidOptionsError('listen', 'expected a boolean');
   }
+  const retryMinMs = integerOption(options, 'retryMinMs', 100, 1, HOUR);
+  const retryMaxMs = integerOption(options, 'retryMaxMs', 10_000, 1, HOUR);
+  if (retryMaxMs < retryMinMs) {
+    throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
+  }
+  if (options.retry !== undefined && typeof options.retry !== 'boolean') {
+    throw new InvalidOptionsError('retry', 'expected a boolean');
+  }
   checkCallbacks(options);
-  return Object.freeze({
+  const resolved: ResolvedStreamClientOptions = Object.freeze({
     schema: validateSchema(options.schema ?? DEFAULT_SCHEMA),
     batchSize: integerOption(options, 'batchSize', 500, 1, 100_000),
-    pollIntervalMs: integerOption(options, 'pollIntervalMs', 1000, 1, HOUR),
+    pollIntervalMs: integerOption(options, 'pollIntervalMs', 1000, POLL_INTERVAL_BOUNDS.min, POLL_INTERVAL_BOUNDS.max),
     listen: options.listen ?? true,
     listenerBackoffMinMs,
     listenerBackoffMaxMs,
@@ -75,7 +114,13 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
     lockTimeoutMs: integerOption(options, 'lockTimeoutMs', 5000, 1, HOUR),
     fenceLockTimeoutMs: integerOption(options, 'fenceLockTimeoutMs', 50, 1, 60_000),
     bootstrapFenceTimeoutMs: integerOption(options, 'bootstrapFenceTimeoutMs', 30_000, 0, HOUR),
+    retry: options.retry ?? true,
+    retryMinMs,
+    retryMaxMs,
+    responseTimeoutMs: integerOption(options, 'responseTimeoutMs', 10_000, 1, HOUR),
     observer: options.observer,
     onError: options.onError,
   });
+  checkKnownOptions(options, resolved, 'StreamClient');
+  return resolved;
 }

@@ -90,8 +90,9 @@ export async function runPage(
   lockTimeoutMs: number,
   handler: Handler,
   signal: AbortSignal,
+  beforeCommit?: (page: { consumer: string; stream: string; delivered: number; cursor: bigint }) => unknown,
 ): Promise<PageResult> {
-  const { client, consumer, stream } = hold;
+  const { consumer, stream } = hold;
   const statement = async <T>(run: () => Promise<T>): Promise<T> => {
     try {
       return await run();
@@ -102,19 +103,19 @@ export async function runPage(
     }
   };
 
-  await statement(() => client.query(sql.begin(lockTimeoutMs)));
-  const rows = (await statement(() => client.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
+  await statement(() => hold.query(sql.begin(lockTimeoutMs)));
+  const rows = (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
   const head = rows[0];
   if (!head) {
-    await statement(() => client.query('ROLLBACK'));
+    await statement(() => hold.query('ROLLBACK'));
     return { found: false, delivered: 0, cursor: 0n, safeSeq: 0n, full: false };
   }
   const cursor = BigInt(head.cursor_seq);
   const safeSeq = BigInt(head.safe_seq);
   const prunedThrough = BigInt(head.pruned_through);
   if (prunedThrough > cursor) {
-    await statement(() => client.query(sql.resync, [consumer, stream]));
-    await statement(() => client.query('COMMIT'));
+    await statement(() => hold.query(sql.resync, [consumer, stream]));
+    await statement(() => hold.query('COMMIT'));
     throw new ResyncRequiredError(consumer, stream, cursor, prunedThrough);
   }
 
@@ -152,8 +153,17 @@ export async function runPage(
     live = false; // a handle kept by a handler can no longer reach this connection
   }
 
-  if (handled > cursor) await statement(() => client.query(sql.advance, [consumer, stream, handled.toString()]));
-  await statement(() => client.query('COMMIT'));
+  if (handled > cursor && beforeCommit) {
+    try {
+      await beforeCommit({ consumer, stream, delivered, cursor: handled });
+    } catch (err) {
+      await hold.rollback();
+      if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
+      throw new HandlerError(consumer, stream, handled, err);
+    }
+  }
+  if (handled > cursor) await statement(() => hold.query(sql.advance, [consumer, stream, handled.toString()]));
+  await statement(() => hold.query('COMMIT'));
   if (signal.aborted) throw signal.reason;
   return { found: true, delivered, cursor: handled, safeSeq, full: rows.length >= limit && rows[0]!.seq !== null };
 }

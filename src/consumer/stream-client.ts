@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import { ClosedError, InvalidOptionsError } from '../errors.js';
+import { ClosedError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
+import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
 import { nameOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
@@ -10,10 +11,30 @@ import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type Stre
 import { pageSql, runPage, type PageSql } from './page.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
 
+/** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
+export interface PageInfo {
+  consumer: string;
+  stream: string;
+  /** Events handled in this page. */
+  delivered: number;
+  /** The cursor the page will commit: the seq of its last handled event. */
+  cursor: bigint;
+}
+
 /** Options for {@link StreamClient.tail}. */
 export interface TailOptions {
   /** Ends the tail: it rejects with `signal.reason` once the current handler returns. */
   signal?: AbortSignal;
+  /**
+   * Runs after the last handler of each page that handled events, before
+   * the cursor advance and COMMIT. Throwing (or rejecting) rolls the page
+   * back, like a handler's error (`HandlerError`, with this error as
+   * `cause`; the page is delivered again later). For effects outside the
+   * database that must be accepted before the cursor moves: `tidemark tail`
+   * writes a page's lines to stdout here and commits only once they are
+   * written.
+   */
+  beforeCommit?: (page: PageInfo) => unknown;
 }
 
 /** Options for {@link StreamClient.drain}. */
@@ -79,6 +100,7 @@ export class StreamClient {
         backoffMinMs: o.listenerBackoffMinMs,
         backoffMaxMs: o.listenerBackoffMaxMs,
         acquireTimeoutMs: o.listenerAcquireTimeoutMs,
+        responseTimeoutMs: o.responseTimeoutMs,
         emit: (event) => this.emit(event),
       });
     }
@@ -91,21 +113,49 @@ export class StreamClient {
    * the abort reason when `signal` aborts (after committing the events
    * already handled in the current page), or with the error that ended it:
    * `HandlerError` (page rolled back), `ResyncRequiredError`,
-   * `CursorContentionError`, or a database error. Check `isRetryable`.
+   * `CursorContentionError` (another tailer holds the cursor), or a database
+   * error that is not retryable.
+   *
+   * Retryable failures (`isRetryable`: a lost or dead connection, a server
+   * restart, too many connections, a serialization failure or deadlock in
+   * the page) do not end it while the `retry` option is on (the default):
+   * it reports a `retry` event, backs off (`retryMinMs` doubling to
+   * `retryMaxMs`, with jitter), takes the cursor again and goes on from the
+   * durable cursor. A page whose COMMIT was lost is therefore delivered
+   * again only if it did not commit.
    */
   async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
-    return this.session(consumer, stream, handler, options.signal, async (hold, signal) => {
-      let wake: WakeReason = 'start';
+    const o = this.options;
+    let attempt = 0; // failures since the last page that committed
+    let held = false; // the cursor was held once: contention since is likely our own lingering session
+    let wake: WakeReason = 'start';
+    return this.session(consumer, stream, handler, options.signal, async (signal) => {
       for (;;) {
-        const generation = this.listener?.generation ?? 0;
-        const page = await this.page(hold, handler, this.options.batchSize, signal, wake);
-        if (page.full) {
-          wake = 'full';
-          continue;
+        try {
+          await this.holding(consumer, stream, signal, async (hold) => {
+            held = true;
+            for (;;) {
+              const generation = this.listener?.generation ?? 0;
+              const page = await this.page(hold, handler, o.batchSize, signal, wake, options.beforeCommit);
+              attempt = 0;
+              if (page.full) {
+                wake = 'full';
+                continue;
+              }
+              wake = this.listener
+                ? await this.listener.wait(page.safeSeq, generation, o.pollIntervalMs, signal, hold.lost)
+                : await pollOnly(o.pollIntervalMs, signal, hold.lost);
+            }
+          });
+        } catch (err) {
+          if (!o.retry || signal.aborted || !(err instanceof CursorContentionError ? held : isRetryable(err))) throw err;
+          attempt += 1;
+          const ceiling = Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(attempt - 1, 30));
+          const delayMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+          this.emit({ type: 'retry', consumer, stream, error: err, attempt, delayMs });
+          await sleep(delayMs, signal);
+          wake = 'retry';
         }
-        wake = this.listener
-          ? await this.listener.wait(page.safeSeq, generation, this.options.pollIntervalMs, signal, hold.lost)
-          : await pollOnly(this.options.pollIntervalMs, signal, hold.lost);
       }
     });
   }
@@ -119,12 +169,13 @@ export class StreamClient {
     if (!Number.isSafeInteger(max) || max < 1) {
       throw new InvalidOptionsError('maxEvents', `expected a positive integer, got ${String(options.maxEvents)}`);
     }
-    return this.session(consumer, stream, handler, options.signal, async (hold, signal) => {
+    return this.session(consumer, stream, handler, options.signal, (signal) =>
+      this.holding(consumer, stream, signal, async (hold) => {
       const result: DrainResult = { delivered: 0, cursor: 0n, safeSeq: 0n };
       let wake: WakeReason = 'start';
       do {
         const limit = Math.min(this.options.batchSize, max - result.delivered);
-        const page = await this.page(hold, handler, limit, signal, wake);
+        const page = await this.page(hold, handler, limit, signal, wake, options.beforeCommit);
         result.delivered += page.delivered;
         result.cursor = page.cursor;
         result.safeSeq = page.safeSeq;
@@ -132,7 +183,7 @@ export class StreamClient {
         wake = 'full';
       } while (result.delivered < max);
       return result;
-    });
+    }));
   }
 
   /**
@@ -171,13 +222,13 @@ export class StreamClient {
     await Promise.allSettled([...running.map((r) => r.done), ...[...this.snapshots].map((snap) => snap.close())]);
   }
 
-  /** Runs `body` holding the cursor, with the listener subscribed; releases both however it ends. */
+  /** Runs `body` with a signal that `outer` or `close()` aborts; `close()` waits for it to end. */
   private async session<T>(
     consumer: string,
     stream: string,
     handler: Handler,
     outer: AbortSignal | undefined,
-    body: (hold: CursorHold, signal: AbortSignal) => Promise<T>,
+    body: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
     if (this.closed) throw new ClosedError('StreamClient');
     validateNames(consumer, stream);
@@ -186,16 +237,7 @@ export class StreamClient {
     const stop = new AbortController();
     const forward = () => stop.abort(outer!.reason);
     outer?.addEventListener('abort', forward, { once: true });
-    const run = (async () => {
-      const hold = await CursorHold.open(this.pool, this.options.schema, consumer, stream, stop.signal);
-      const unsubscribe = this.listener?.subscribe();
-      try {
-        return await body(hold, stop.signal);
-      } finally {
-        await unsubscribe?.();
-        await hold.release();
-      }
-    })();
+    const run = body(stop.signal);
     const entry = { stop, done: run.catch(() => undefined) };
     this.running.add(entry);
     try {
@@ -206,10 +248,23 @@ export class StreamClient {
     }
   }
 
+  /** Runs `body` holding the cursor of (consumer, stream), with the listener subscribed; releases both however it ends. */
+  private async holding<T>(consumer: string, stream: string, signal: AbortSignal, body: (hold: CursorHold) => Promise<T>): Promise<T> {
+    const o = this.options;
+    const hold = await CursorHold.open(this.pool, o.schema, consumer, stream, signal, o.lockTimeoutMs + o.responseTimeoutMs);
+    const unsubscribe = this.listener?.subscribe();
+    try {
+      return await body(hold);
+    } finally {
+      await unsubscribe?.();
+      await hold.release();
+    }
+  }
+
   /** One page, creating the cursor row on first use. */
-  private async page(hold: CursorHold, handler: Handler, limit: number, signal: AbortSignal, wake: WakeReason) {
+  private async page(hold: CursorHold, handler: Handler, limit: number, signal: AbortSignal, wake: WakeReason, beforeCommit: TailOptions['beforeCommit']) {
     for (let attempt = 1; ; attempt += 1) {
-      const page = await runPage(hold, this.sql, limit, this.options.lockTimeoutMs, handler, signal);
+      const page = await runPage(hold, this.sql, limit, this.options.lockTimeoutMs, handler, signal, beforeCommit);
       if (page.found) {
         this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
         return page;
@@ -224,7 +279,7 @@ export class StreamClient {
       // concurrent creator makes it wait, then do nothing; either way the
       // next page finds the row.
       try {
-        await hold.client.query(this.sql.ensureCursor, [hold.consumer, hold.stream]);
+        await hold.query(this.sql.ensureCursor, [hold.consumer, hold.stream]);
       } catch (err) {
         throw hold.translate(err);
       }

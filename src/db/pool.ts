@@ -14,9 +14,25 @@ export interface CreatePoolOptions extends pg.PoolConfig {
 }
 
 /**
+ * Defaults that let both ends notice a dead network path: TCP keepalive on
+ * the client's socket after 10 s idle, the server's keepalive on its side
+ * (idle 10 s, then 3 probes 5 s apart, so a backend whose client vanished
+ * ends, and releases its locks, within about 25 s), and a 10 s bound on
+ * opening a connection. Each can be overridden in the options.
+ */
+export const CONNECTION_DEFAULTS = {
+  keepAlive: true,
+  keepAliveInitialDelayMillis: 10_000,
+  connectionTimeoutMillis: 10_000,
+  options: '-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3',
+} as const satisfies pg.PoolConfig;
+
+/**
  * Creates a pg Pool set up for tidemark: writers' sessions get
- * `idle_in_transaction_session_timeout`, and the pool has an `error`
- * listener (an unhandled pool error would end the Node process).
+ * `idle_in_transaction_session_timeout`, dead connections are noticed
+ * ({@link CONNECTION_DEFAULTS}: TCP keepalive on both ends, a bound on
+ * connecting), and the pool has an `error` listener (an unhandled pool
+ * error would end the Node process).
  *
  * @example
  * const pool = createPool({ connectionString: process.env.DATABASE_URL });
@@ -30,6 +46,7 @@ export function createPool(options: CreatePoolOptions = {}): pg.Pool {
     );
   }
   const pool = new pg.Pool({
+    ...CONNECTION_DEFAULTS,
     ...config,
     idle_in_transaction_session_timeout: idleInTransactionTimeoutMs,
   });

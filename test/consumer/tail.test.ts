@@ -386,11 +386,11 @@ test('nothing a handler leaves behind reaches the pool: its tx handle dies with 
   await watermarker.close();
 });
 
-test('a tail whose connection is terminated while it waits ends with a retryable ConnectionLostError', async (t) => {
+test('with retry: false, a tail whose connection is terminated while it waits ends with a retryable ConnectionLostError', async (t) => {
   const db = await testDb(t);
   const pool = db.pool();
   const pages = new Recorder<ConsumerEvent>();
-  const client = new StreamClient(pool, { listen: false, pollIntervalMs: 600_000, observer: pages.push });
+  const client = new StreamClient(pool, { listen: false, pollIntervalMs: 600_000, observer: pages.push, retry: false });
   db.defer(() => client.close());
   const tailing = client.tail('c', 's', () => undefined);
   tailing.catch(() => undefined);
