@@ -1,6 +1,8 @@
+import { fstatSync, statSync } from 'node:fs';
 import { StreamClient } from '../../consumer/stream-client.js';
 import type { StreamEvent } from '../../consumer/events.js';
-import { ResyncRequiredError } from '../../errors.js';
+import { HandlerError, ResyncRequiredError } from '../../errors.js';
+import { explain } from '../explain.js';
 import { nameOption } from '../../options.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError } from '../cli-error.js';
@@ -47,20 +49,30 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
       throw new CliError(`--${(err as Error).message}`); // "--consumer: expected ..."
     }
   }
+  if (stdoutIsNull()) {
+    // Node reopens a closed stdout (`>&-`) on /dev/null: either way no line
+    // would reach anyone, and the durable cursor would move past them.
+    throw new CliError('stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, use --bootstrap');
+  }
   const db = await openDatabase(options, 3);
-  const client = configured(() => new StreamClient(db.pool, clientOptions));
+  const client = configured(
+    () =>
+      new StreamClient(db.pool, {
+        ...clientOptions,
+        // --once fails fast; following recovers from restarts and lost connections by itself.
+        retry: !options.once,
+        observer: (event) => {
+          if (event.type === 'page') written = event.cursor;
+          if (event.type === 'retry') console.error(`tidemark: tail: ${explain(event.error, { url: db.url }).message}; retrying in ${event.delayMs} ms (attempt ${event.attempt})`);
+        },
+      }),
+  );
+  let written: bigint | undefined; // the cursor after the last page stdout accepted and the database committed
   const stop = new AbortController();
   const onSignal = () => stop.abort(new Error('interrupted'));
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  // The reader went away (`tidemark tail ... | head`): stop like on SIGINT.
-  // The page in flight commits only the events handled before the abort.
-  let outputFailure: unknown; // a stdout error other than a closed pipe: exit 1
-  const onStdoutError = (err: NodeJS.ErrnoException) => {
-    if (err.code !== 'EPIPE') outputFailure ??= err;
-    stop.abort(new Error('stdout closed'));
-  };
-  process.stdout.on('error', onStdoutError);
+  const out = new PageOutput(process.stdout);
   try {
     if (options.bootstrap) {
       const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
@@ -68,20 +80,22 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
       console.error(`tidemark: bootstrapped ${options.consumer} on ${options.stream}: cursor ${snap.priorSeq} -> ${snap.safeSeq}`);
     }
     let delivered = 0;
+    // A page's lines are written together once its handlers ran, and the
+    // page commits only after stdout accepted them all (beforeCommit).
     const handler = (event: StreamEvent) => {
-      process.stdout.write(`${render(event, options.json ?? false)}\n`);
+      out.push(`${render(event, options.json ?? false)}\n`);
       delivered += 1;
       if (limit !== undefined && delivered >= limit) stop.abort(new Error('limit reached'));
     };
+    const tailOptions = { signal: stop.signal, beforeCommit: () => out.flush() };
     if (options.once) {
-      const result = await client.drain(options.consumer, options.stream, handler, { signal: stop.signal, maxEvents: limit });
+      const result = await client.drain(options.consumer, options.stream, handler, { ...tailOptions, maxEvents: limit });
       console.error(`tidemark: delivered ${result.delivered}; cursor ${result.cursor}, safe_seq ${result.safeSeq}`);
       return 0;
     }
-    await client.tail(options.consumer, options.stream, handler, { signal: stop.signal }).catch((err: unknown) => {
+    await client.tail(options.consumer, options.stream, handler, tailOptions).catch((err: unknown) => {
       if (!stop.signal.aborted) throw err;
     });
-    if (outputFailure) throw outputFailure;
     return 0;
   } catch (err) {
     if (err instanceof ResyncRequiredError) {
@@ -90,16 +104,82 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
         RESYNC_EXIT,
       );
     }
-    if (stop.signal.aborted && err === stop.signal.reason) {
-      if (outputFailure) throw outputFailure;
-      return 0;
+    if (stop.signal.aborted && err === stop.signal.reason) return 0;
+    if (err instanceof HandlerError && out.failed(err.cause)) {
+      // The page whose lines stdout refused was rolled back: the cursor is
+      // at the last page stdout accepted. A reader that went away (EPIPE)
+      // is a normal end, like SIGINT; any other failure is not.
+      const cursor = `the cursor stays at the last line written${written === undefined ? '' : ` (seq ${written})`}`;
+      if ((err.cause as NodeJS.ErrnoException).code === 'EPIPE') {
+        console.error(`tidemark: stdout was closed by its reader; ${cursor}`);
+        return 0;
+      }
+      throw new CliError(`cannot write to stdout: ${(err.cause as Error).message}; ${cursor}`, 1);
     }
     throw err;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
-    process.stdout.off('error', onStdoutError);
+    out.close();
     await client.close();
     await db.close();
+  }
+}
+
+/**
+ * Stdout for whole pages: lines are collected while a page's handlers run,
+ * then written in one write whose callback says whether the stream
+ * accepted them (into the pipe or file: a reader that is slow holds the
+ * next page back). After a failure (EPIPE, ENOSPC, EBADF), every later
+ * flush fails with the same error.
+ */
+class PageOutput {
+  private lines: string[] = [];
+  private error: Error | undefined;
+  private readonly onError = (err: Error) => void (this.error ??= err);
+
+  constructor(private readonly stream: NodeJS.WriteStream) {
+    stream.on('error', this.onError); // reported through the write callback; unhandled it would crash
+  }
+
+  push(line: string): void {
+    this.lines.push(line);
+  }
+
+  /** Writes the page's lines; resolves once the stream accepted them, rejects with its error. */
+  flush(): Promise<void> {
+    const text = this.lines.join('');
+    return new Promise<void>((resolve, reject) => {
+      if (this.error) return reject(this.error);
+      if (this.stream.destroyed || !this.stream.writable) return reject((this.error = closedStdout()));
+      this.stream.write(text, (err) => {
+        if (err || this.error) return reject((this.error ??= err ?? undefined));
+        this.lines = [];
+        resolve();
+      });
+    });
+  }
+
+  /** Whether `err` is this output's failure. */
+  failed(err: unknown): boolean {
+    return err !== undefined && err === this.error;
+  }
+
+  close(): void {
+    this.stream.off('error', this.onError);
+  }
+}
+
+function closedStdout(): NodeJS.ErrnoException {
+  return Object.assign(new Error('stdout is closed (EBADF)'), { code: 'EBADF', syscall: 'write' });
+}
+
+/** Whether fd 1 is /dev/null (where Node also puts a stdout that was closed). */
+function stdoutIsNull(): boolean {
+  try {
+    const out = fstatSync(1);
+    return out.isCharacterDevice() && out.rdev === statSync('/dev/null').rdev;
+  } catch {
+    return false;
   }
 }
