@@ -6,11 +6,30 @@ import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { InvalidOptionsError } from './errors.js';
 
+/** How many characters of a rejected value an error message quotes. */
+export const ECHO_LIMIT = 80;
+
+/**
+ * A rejected value as an error message quotes it: JSON, cut to `max`
+ * characters with an ellipsis, and its full length when cut, so a
+ * 20,000-character mistake costs one line, not a screenful.
+ */
+export function echoValue(value: unknown, max = ECHO_LIMIT): string {
+  if (typeof value === 'string' && value.length > max) return `${JSON.stringify(`${value.slice(0, max)}…`)} (${value.length} characters)`;
+  let text: string;
+  try {
+    text = typeof value === 'bigint' ? `${value}n` : typeof value === 'function' ? 'a function' : (JSON.stringify(value) ?? String(value));
+  } catch {
+    text = Object.prototype.toString.call(value); // cyclic
+  }
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
 /** `options[name]`, or `fallback` when unset; an integer in [min, max]. */
 export function integerOption<T extends object>(options: T, name: keyof T & string, fallback: number, min: number, max: number): number {
   const value = options[name] ?? fallback;
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
-    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${JSON.stringify(value)}`);
+    throw new InvalidOptionsError(name, `expected an integer between ${min} and ${max}, got ${echoValue(value)}`);
   }
   return value;
 }
@@ -18,7 +37,7 @@ export function integerOption<T extends object>(options: T, name: keyof T & stri
 /** A name stored in tidemark's tables (owner, consumer, stream): non-empty, at most 200 characters, no NUL. */
 export function nameOption(value: unknown, option: string): string {
   if (typeof value !== 'string' || value.length === 0 || value.length > 200 || value.includes('\u0000')) {
-    throw new InvalidOptionsError(option, `expected a non-empty string of at most 200 characters without NUL, got ${JSON.stringify(value)}`);
+    throw new InvalidOptionsError(option, `expected a non-empty string of at most 200 characters without NUL, got ${echoValue(value)}`);
   }
   return value;
 }
@@ -32,5 +51,18 @@ export function ownerOption(value: unknown): string {
 export function checkCallbacks(options: { observer?: unknown; onError?: unknown }): void {
   for (const name of ['observer', 'onError'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'function') throw new InvalidOptionsError(name, 'expected a function');
+  }
+}
+
+/**
+ * Refuses options the resolver does not know: a misspelt `pollIntervalMS`
+ * or an option of another class would otherwise be ignored without a word.
+ * `known` is the resolved object, so every option it resolves is accepted.
+ */
+export function checkKnownOptions(options: object, known: object, owner: string): void {
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(known, name)) {
+      throw new InvalidOptionsError(name, `is not a ${owner} option (known: ${Object.keys(known).join(', ')})`);
+    }
   }
 }

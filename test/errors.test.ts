@@ -11,7 +11,11 @@ import {
   InvalidEventError,
   InvalidOptionsError,
   isRetryable,
+  MIN_RETENTION_MS,
+  Pruner,
+  readStatus,
   ResyncRequiredError,
+  StreamClient,
 } from '../src/index.js';
 
 /** A PostgreSQL error as node-postgres raises it. */
@@ -66,4 +70,33 @@ test('a refused connection, as the driver really reports it, is retryable', asyn
   const client = new pg.Client({ host: '127.0.0.1', port, user: 'x', database: 'x', connectionTimeoutMillis: 5000 });
   const err = await client.connect().then(() => assert.fail('should not connect'), (e: unknown) => e);
   assert.equal(isRetryable(err), true);
+});
+
+test('unknown options are refused by name, not ignored: StreamClient, Pruner, readStatus', async () => {
+  const pool = new pg.Pool({ host: '127.0.0.1', port: 1 }); // never connected: options are checked first
+  try {
+    assert.throws(() => new StreamClient(pool, { bogus: 1 } as never), { code: 'INVALID_OPTIONS', option: 'bogus', message: /^bogus: is not a StreamClient option \(known: schema, batchSize, pollIntervalMs, / });
+    assert.throws(() => new StreamClient(pool, { pollIntervalMS: 10 } as never), { option: 'pollIntervalMS' });
+    assert.throws(() => new Pruner(pool, { retention: '7d' } as never), { code: 'INVALID_OPTIONS', option: 'retention', message: /is not a Pruner option \(known: schema, retentionMs, / });
+    await assert.rejects(readStatus(pool, 'tidemark', { streamCount: false } as never), { code: 'INVALID_OPTIONS', option: 'streamCount', message: /is not a readStatus option \(known: streamCounts\)/ });
+    // Every documented option is still accepted.
+    assert.equal(new StreamClient(pool, { listen: false, observer: () => undefined, onError: undefined }).options.listen, false);
+    assert.equal(new Pruner(pool, { retentionMs: MIN_RETENTION_MS, batchSize: 5, intervalMs: 10, owner: 'o', schema: 's' }).options.batchSize, 5);
+  } finally {
+    await pool.end();
+  }
+});
+
+test('a rejected value is quoted cut to 80 characters, with its length', () => {
+  const long = 'y'.repeat(20_000);
+  const err = (() => {
+    try {
+      new Pruner(new pg.Pool(), { owner: long });
+    } catch (e) {
+      return e as InvalidOptionsError;
+    }
+    assert.fail('should throw');
+  })();
+  assert.equal(err.option, 'owner');
+  assert.equal(err.message, `owner: expected a non-empty string of at most 200 characters without NUL, got "${'y'.repeat(80)}…" (20000 characters)`);
 });

@@ -1,5 +1,7 @@
 import type { Queryable } from '../db/queryable.js';
 import { quoteIdent } from '../db/queryable.js';
+import { InvalidOptionsError } from '../errors.js';
+import { checkKnownOptions } from '../options.js';
 
 /** A snapshot of a tidemark schema's state, as `tidemark status` shows it. */
 export interface TidemarkStatus {
@@ -23,8 +25,8 @@ export interface TidemarkStatus {
    * transaction holding the fence. Empty when nothing waits.
    */
   blockingWriters: BlockingWriter[];
-  /** Per stream: events present, greatest seq present, and the retention horizon. */
-  streams: { stream: string; events: number; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
+  /** Per stream: events present (0 when `streamCounts` is false), greatest seq present, and the retention horizon. */
+  streams: { stream: string; events: bigint; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
   /** Per cursor: position, pending events below safe_seq (counted up to 1,000,000), resyncs. */
   consumers: {
     consumer: string;
@@ -69,8 +71,15 @@ export interface ReadStatusOptions {
 
 const big = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
 
-/** Reads the watermark, lease, blocking writers, streams, horizons and cursors of `schema` (four statements; the figures are not from one snapshot). */
+/**
+ * Reads the watermark, lease, blocking writers, streams, horizons and
+ * cursors of `schema` (four statements; the figures are not from one
+ * snapshot). Throws {@link InvalidOptionsError} for an option it does not know.
+ */
 export async function readStatus(db: Queryable, schema: string, options: ReadStatusOptions = {}): Promise<TidemarkStatus> {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');
+  if (options.streamCounts !== undefined && typeof options.streamCounts !== 'boolean') throw new InvalidOptionsError('streamCounts', 'expected a boolean');
+  checkKnownOptions(options, { streamCounts: true } satisfies Required<ReadStatusOptions>, 'readStatus');
   const s = quoteIdent(schema);
   const head = (await db.query(
     `SELECT w.safe_seq::text, (SELECT max(seq) FROM ${s}.events)::text AS max_seq, w.updated_at, w.lease_owner, w.lease_expires_at,
@@ -84,11 +93,11 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
   const counts = options.streamCounts ?? true;
   const streams = (await db.query(
     counts
-      ? `SELECT coalesce(e.stream, h.stream) AS stream, coalesce(e.n, 0)::int AS events, e.max_seq::text, coalesce(h.pruned_through_seq, 0)::text AS pruned
+      ? `SELECT coalesce(e.stream, h.stream) AS stream, coalesce(e.n, 0)::text AS events, e.max_seq::text, coalesce(h.pruned_through_seq, 0)::text AS pruned
            FROM (SELECT stream, count(*) AS n, max(seq) AS max_seq FROM ${s}.events GROUP BY stream) e
            FULL JOIN ${s}.horizons h ON h.stream = e.stream ORDER BY 1`
-      : `SELECT stream, 0 AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
-  )).rows as { stream: string; events: number; max_seq: string | null; pruned: string }[];
+      : `SELECT stream, '0' AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
+  )).rows as { stream: string; events: string; max_seq: string | null; pruned: string }[];
   const blocking = (await db.query(`SELECT * FROM ${s}.blocking_writers()`)).rows as {
     pid: number | null;
     virtualtransaction: string;
@@ -130,7 +139,7 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
       pendingSeq: BigInt(b.pending_seq),
       waitingSince: b.waiting_since,
     })),
-    streams: streams.map((r) => ({ stream: r.stream, events: r.events, maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
+    streams: streams.map((r) => ({ stream: r.stream, events: BigInt(r.events), maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
     consumers: consumers.map((r) => ({
       consumer: r.consumer,
       stream: r.stream,

@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, integerOption, ownerOption } from '../options.js';
+import { checkCallbacks, checkKnownOptions, integerOption, ownerOption } from '../options.js';
 import type { PruneResult } from './pruner.js';
 
 /** Default retention: 7 days. */
@@ -12,6 +12,12 @@ export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;
  * a retention in the milliseconds is almost always a unit mistake.
  */
 export const MIN_RETENTION_MS = 3_600_000;
+
+/** The longest retention accepted: 100 years. */
+export const MAX_RETENTION_MS = 100 * 365 * 24 * 3_600_000;
+
+/** Bounds of `intervalMs` (the CLI's `--prune-interval` checks them in its own terms). */
+export const PRUNE_INTERVAL_BOUNDS = { min: 1, max: 24 * 3_600_000 } as const;
 
 /** Options for {@link Pruner}. Every duration is in milliseconds. */
 export interface PrunerOptions {
@@ -36,14 +42,17 @@ export interface PrunerOptions {
 /** Resolved, validated and frozen pruner options. */
 export type ResolvedPrunerOptions = Readonly<Required<Omit<PrunerOptions, 'observer' | 'onError'>> & Pick<PrunerOptions, 'observer' | 'onError'>>;
 
-/** Applies defaults and validates; throws {@link InvalidOptionsError} naming the first bad option. */
+/**
+ * Applies defaults and validates; throws {@link InvalidOptionsError} naming
+ * the first bad option, or an option it does not know.
+ */
 export function resolvePrunerOptions(options: PrunerOptions = {}): ResolvedPrunerOptions {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');
   if (options.allowShortRetention !== undefined && typeof options.allowShortRetention !== 'boolean') {
     throw new InvalidOptionsError('allowShortRetention', 'expected a boolean');
   }
   const allowShortRetention = options.allowShortRetention ?? false;
-  const retentionMs = integerOption(options, 'retentionMs', DEFAULT_RETENTION_MS, 0, 100 * 365 * 24 * 3_600_000);
+  const retentionMs = integerOption(options, 'retentionMs', DEFAULT_RETENTION_MS, 0, MAX_RETENTION_MS);
   if (retentionMs < MIN_RETENTION_MS && !allowShortRetention) {
     throw new InvalidOptionsError(
       'retentionMs',
@@ -52,14 +61,16 @@ export function resolvePrunerOptions(options: PrunerOptions = {}): ResolvedPrune
   }
   const owner = ownerOption(options.owner);
   checkCallbacks(options);
-  return Object.freeze({
+  const resolved: ResolvedPrunerOptions = Object.freeze({
     schema: validateSchema(options.schema ?? DEFAULT_SCHEMA),
     retentionMs,
     allowShortRetention,
     batchSize: integerOption(options, 'batchSize', 1000, 1, 100_000),
-    intervalMs: integerOption(options, 'intervalMs', 60_000, 1, 24 * 3_600_000),
+    intervalMs: integerOption(options, 'intervalMs', 60_000, PRUNE_INTERVAL_BOUNDS.min, PRUNE_INTERVAL_BOUNDS.max),
     owner,
     observer: options.observer,
     onError: options.onError,
   });
+  checkKnownOptions(options, resolved, 'Pruner');
+  return resolved;
 }
