@@ -4,7 +4,9 @@ import { createPool } from '../db/pool.js';
 import { attachOrStartEmbeddedPostgres, startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
 import { InvalidOptionsError } from '../errors.js';
+import { echoValue } from '../options.js';
 import { CliError } from './cli-error.js';
+import { inFlagTerms } from './flags.js';
 
 /** Options every command takes. */
 export interface GlobalOptions {
@@ -73,36 +75,19 @@ export function json(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
 }
 
-/** Library option names as the CLI spells them. */
-const FLAGS: Record<string, string> = {
-  leaseTtlMs: '--lease-ttl',
-  leaseRenewMs: '--lease-renew',
-  retentionMs: '--retention',
-  allowShortRetention: '--allow-short-retention',
-  intervalMs: '--prune-interval',
-  batchSize: '--batch',
-  pollIntervalMs: '--poll',
-  owner: '--owner',
-  schema: '--schema',
-};
-
 /** Runs `make`, turning option validation errors into one-line usage errors that name CLI flags. */
 export function configured<T>(make: () => T): T {
   try {
     return make();
   } catch (err) {
-    if (err instanceof InvalidOptionsError) {
-      let message = `${FLAGS[err.option] ?? err.option}: ${err.message.slice(err.option.length + 2)}`;
-      for (const [option, flag] of Object.entries(FLAGS)) message = message.replaceAll(new RegExp(`\\b${option}\\b`, 'g'), flag);
-      throw new CliError(message);
-    }
+    if (err instanceof InvalidOptionsError) throw new CliError(inFlagTerms(err));
     throw err;
   }
 }
 
-/** Parses a positive integer option. */
-export function positiveInt(text: string, option: string): number {
+/** Parses a positive integer flag; the message quotes the text as given (cut to 80 characters). */
+export function positiveInt(text: string, flag: string): number {
   const n = Number(text);
-  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1) throw new CliError(`${option}: expected a positive integer, got ${JSON.stringify(text)}`);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1) throw new CliError(`${flag}: expected a positive integer, got ${echoValue(text)}`);
   return n;
 }

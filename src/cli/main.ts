@@ -2,11 +2,16 @@
  * `tidemark` command line: a thin map from argv to the library.
  * Connection: --database-url, else DATABASE_URL, else an embedded PostgreSQL
  * kept under ./.tidemark/ (created on first use, reused after).
- * Exit codes: 0 done, 1 failed, 2 bad usage or configuration (nothing
- * written), 3 the consumer must resync (bootstrap).
+ * Every failure prints one line, `tidemark: <what happened; what to do>`
+ * (src/cli/explain.ts), and the stack only with --verbose. Exit codes
+ * (docs/ERRORS.md, "Command line"): 0 done, 1 failed, 2 bad usage, input or
+ * configuration (the failing step wrote nothing), 3 the consumer must resync
+ * (bootstrap), 4 the database could not be reached, refused the login, or
+ * dropped the connection.
  */
+import { readFileSync } from 'node:fs';
+import { inspect } from 'node:util';
 import { Command, CommanderError, Option } from 'commander';
-import { TidemarkError } from '../errors.js';
 import { appendCommand } from './commands/append.js';
 import { benchCommand } from './commands/bench.js';
 import { demoCommand } from './commands/demo.js';
@@ -18,6 +23,8 @@ import { tailCommand } from './commands/tail.js';
 import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
 import { CliError } from './cli-error.js';
+import { explain, type ExplainContext } from './explain.js';
+import { checkFlags } from './flags.js';
 import { DEFAULT_SCHEMA } from '../db/queryable.js';
 import { REMOVED_WATERMARKER_OPTIONS } from '../watermark/options.js';
 
@@ -40,12 +47,24 @@ function refuseRemovedFlags(command: Command): Command {
   return command;
 }
 
-function program(setExit: (code: number) => void): Command {
+/** The package version, read at run time from package.json (two levels up from both src/cli/ and dist/cli/). */
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
+
+/** Help of commands with <duration> flags: a number needs its unit (parseDuration refuses a bare one). */
+const DURATIONS = '\nA <duration> is a number and its unit: 500ms, 10s, 1.5m, 2h, 7d. A bare number (other than 0) is refused.\n';
+
+function program(setExit: (code: number) => void, setContext: (context: ExplainContext) => void): Command {
   const root = new Command('tidemark')
     .description('Gap-free transactional outbox and change stream for PostgreSQL')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .addOption(new Option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL, else an embedded server under ./.tidemark/)'))
     .option('--schema <name>', `tidemark schema (default: ${DEFAULT_SCHEMA}; demo: tidemark_demo)`)
     .option('--ephemeral', 'with no database URL: a throwaway embedded server, deleted on exit')
+    .option('--verbose', 'on failure, print the stack trace after the one-line message')
+    // Subcommands inherit this: their --help lists the global options too.
+    .configureHelp({ showGlobalOptions: true })
     .showHelpAfterError(false)
     .exitOverride()
     .configureOutput({ outputError: () => undefined });
@@ -56,7 +75,10 @@ function program(setExit: (code: number) => void): Command {
     async (_opts: unknown, command: Command) => {
       const options = command.optsWithGlobals() as T;
       options.schema = (options.schema as string | undefined) ?? defaultSchema;
-      checkGlobals(options); // schema and URL are checked before anything connects
+      // Schema, URL and flags are checked before anything connects.
+      const { schema, url } = checkGlobals(options);
+      setContext({ schema, url });
+      checkFlags(options as unknown as Record<string, unknown>);
       setExit(await run(options));
     };
   const examples = (lines: string[]) => `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
@@ -81,7 +103,7 @@ function program(setExit: (code: number) => void): Command {
     .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
     .addHelpText(
       'after',
-      examples(['npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464', 'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a']),
+      examples(['npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464', 'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a']) + DURATIONS,
     )
     .action(action(serveCommand));
 
@@ -122,6 +144,7 @@ function program(setExit: (code: number) => void): Command {
     .addHelpText(
       'after',
       examples(['npx tidemark tail --consumer audit --stream orders --json', 'npx tidemark tail --consumer audit --stream orders --once --limit 100']) +
+        DURATIONS +
         '\nExit code 3: retention removed events the consumer had not read; rebuild, then rerun with --bootstrap.\n',
     )
     .action(action(tailCommand));
@@ -133,7 +156,7 @@ function program(setExit: (code: number) => void): Command {
     .option('--retention <duration>', 'delete events older than this', '7d')
     .option('--allow-short-retention', 'accept a retention below 1h')
     .option('--json', 'print the result as JSON')
-    .addHelpText('after', examples(['npx tidemark prune --once --retention 3d']))
+    .addHelpText('after', examples(['npx tidemark prune --once --retention 3d']) + DURATIONS)
     .action(action(pruneCommand));
 
   root
@@ -148,7 +171,7 @@ function program(setExit: (code: number) => void): Command {
     .description('live demo: watermarker, concurrent writers with real gaps, a consumer, and a verdict')
     .option('--duration <duration>', 'how long writers write', '10s')
     .option('--writers <n>', 'concurrent writers', '4')
-    .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']))
+    .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']) + DURATIONS)
     .action(action(demoCommand, 'tidemark_demo'));
 
   root
@@ -168,10 +191,17 @@ function program(setExit: (code: number) => void): Command {
   return root;
 }
 
-/** Runs the CLI; resolves with the exit code. */
+/**
+ * Runs the CLI; resolves with the exit code. Any failure is one line on
+ * stderr (src/cli/explain.ts); `--verbose` adds the stack after it.
+ */
 export async function main(argv: string[]): Promise<number> {
   let code = 0;
-  const root = program((c) => (code = c));
+  let context: ExplainContext = {};
+  const root = program(
+    (c) => (code = c),
+    (c) => (context = c),
+  );
   try {
     if (argv.length === 0) {
       root.outputHelp();
@@ -180,21 +210,13 @@ export async function main(argv: string[]): Promise<number> {
     await root.parseAsync(argv, { from: 'user' });
     return code;
   } catch (err) {
-    if (err instanceof CommanderError) {
-      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return 0;
-      console.error(`tidemark: ${err.message.replace(/^error: /, '')}`);
-      return 2;
-    }
-    if (err instanceof CliError) {
-      console.error(`tidemark: ${err.message}`);
-      return err.exitCode;
-    }
-    if (err instanceof TidemarkError) {
-      console.error(`tidemark: ${err.message}`);
-      return err.code === 'INVALID_OPTIONS' || err.code === 'INVALID_EVENT' ? 2 : 1;
-    }
-    console.error(err);
-    return 1;
+    if (err instanceof CommanderError && ['commander.helpDisplayed', 'commander.version', 'commander.help'].includes(err.code)) return 0;
+    const { message, exitCode } = explain(err, context);
+    console.error(`tidemark: ${message}`);
+    // Before the arguments were parsed (a usage error), look for the flag itself.
+    const verbose = (root.opts() as { verbose?: boolean }).verbose ?? argv.includes('--verbose');
+    if (verbose && !(err instanceof CommanderError)) console.error(inspect(err, { depth: 4 }));
+    return exitCode;
   }
 }
 
