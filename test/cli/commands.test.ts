@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import pg from 'pg';
+import { Watermarker } from '../../src/watermark/watermarker.js';
 import { closeAdmin, testDb, waitFor } from '../support/db.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 
@@ -42,7 +43,7 @@ test('append then tail --once --json returns exactly the events, in order, once'
   assert.equal((await db.observer.query('SELECT count(*)::int AS n FROM tidemark.events')).rows[0].n, 4);
 });
 
-test('status --json reports the watermark, lease, streams and consumers', async (t) => {
+test('status --json reports the watermark, lease, streams and consumers: every seq and event count a string, ages numbers', async (t) => {
   const db = await testDb(t);
   const env = { DATABASE_URL: db.url };
   await cli(['append', '--ndjson'], { env, input: '{"stream":"a","kind":"k","key":"1"}\n{"stream":"b","kind":"k","key":"2"}\n{"stream":"a","kind":"k","key":"3"}\n' });
@@ -59,11 +60,14 @@ test('status --json reports the watermark, lease, streams and consumers', async 
   assert.equal(typeof s.lagSeconds, 'number');
   assert.deepEqual(s.lease, { owner: null, expiresAt: null, live: false });
   assert.deepEqual(s.streams, [
-    { stream: 'a', events: 3, maxSeq: '4', prunedThroughSeq: '0' },
-    { stream: 'b', events: 1, maxSeq: '2', prunedThroughSeq: '0' },
+    { stream: 'a', events: '3', maxSeq: '4', prunedThroughSeq: '0' },
+    { stream: 'b', events: '1', maxSeq: '2', prunedThroughSeq: '0' },
   ]);
   assert.equal(s.consumers.length, 1);
-  assert.deepEqual({ ...s.consumers[0], updatedAt: undefined }, { consumer: 'c', stream: 'a', seq: '1', lagEvents: 1, resyncCount: 0, lastResyncAt: null, updatedAt: undefined });
+  assert.deepEqual({ ...s.consumers[0], updatedAt: undefined }, { consumer: 'c', stream: 'a', seq: '1', lagEvents: '1', resyncCount: 0, lastResyncAt: null, updatedAt: undefined });
+  // The same kind of figure has the same type everywhere (README, "Command line").
+  assert.equal(typeof s.lagEvents, typeof s.consumers[0].lagEvents);
+  assert.equal(typeof s.watermarkUpdatedAt, 'string');
   const text = await cli(['status'], { env });
   assert.match(text.stdout, /^safe_seq +3$/m);
   assert.match(text.stdout, /^c +a +1 +1 +0 /m);
@@ -199,4 +203,20 @@ test('watermark --once, run again and again while writers overlap without pause,
     assert.match(r.stdout, new RegExp(`^advanced: safe_seq ${seq - 1} \\(last seq ${seq}, 1 writer in flight`, 'm'));
   }
   await open.query('COMMIT');
+});
+
+test('watermark --once while another process holds the lease prints the real safe_seq and who holds it', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  await cli(['append', '--ndjson'], { env, input: '{"stream":"s","kind":"k","key":"1"}\n{"stream":"s","kind":"k","key":"2"}\n{"stream":"s","kind":"k","key":"3"}\n' });
+  // The active watermarker (as `serve` runs it): it holds the lease and published seq 3.
+  const active = new Watermarker(db.pool(), { owner: 'node-a', leaseTtlMs: 600_000 });
+  db.defer(() => active.close());
+  assert.deepEqual([(await active.step()).safeSeq, active.isLeader], [3n, true]);
+
+  const step = await cli(['watermark', '--once'], { env });
+  assert.equal(step.code, 0, step.stderr);
+  assert.match(step.stdout, /^not_leader: safe_seq 3 \(the lease is held by node-a until \S+; this step published nothing\)$/m);
+  const json = JSON.parse((await cli(['watermark', '--once', '--json'], { env })).stdout);
+  assert.deepEqual([json.outcome, json.safeSeq, json.leaseOwner], ['not_leader', '3', 'node-a']);
 });

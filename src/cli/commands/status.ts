@@ -54,12 +54,24 @@ export function renderStatus(s: TidemarkStatus): string {
   return out.join('\n');
 }
 
+/**
+ * The shape of `status --json` (README, "Command line"): every seq and
+ * every count of events (`safeSeq`, `maxSeq`, `lagEvents`, a stream's
+ * `events`, a cursor's `seq` and `lagEvents`, `pendingSeq`) is a decimal
+ * string, since seqs are bigints and may pass 2^53; durations and ages
+ * (`lagSeconds`, `ageSeconds`) and small counts (`resyncCount`, `pid`) are
+ * numbers; times are ISO 8601 strings.
+ */
+export function statusJson(s: TidemarkStatus): string {
+  return json({ ...s, consumers: s.consumers.map((c) => ({ ...c, lagEvents: BigInt(c.lagEvents) })) });
+}
+
 /** `tidemark status [--json]`. */
 export async function statusCommand(options: GlobalOptions & { json?: boolean }): Promise<number> {
   const db = await openDatabase(options);
   try {
     const status = await readStatus(db.pool, options.schema);
-    console.log(options.json ? json(status) : renderStatus(status));
+    console.log(options.json ? statusJson(status) : renderStatus(status));
     return 0;
   } finally {
     await db.close();

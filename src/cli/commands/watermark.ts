@@ -4,7 +4,10 @@ import { CliError } from '../cli-error.js';
 import type { WatermarkProgress } from '../../watermark/progress.js';
 
 function describe(p: WatermarkProgress): string {
-  if (p.outcome === 'not_leader') return `not_leader: safe_seq ${p.safeSeq} (the lease is held by ${p.leaseOwner ?? 'nobody'})`;
+  if (p.outcome === 'not_leader') {
+    const holder = p.leaseOwner ? `${p.leaseOwner}${p.leaseExpiresAt ? ` until ${p.leaseExpiresAt.toISOString()}` : ''}` : 'nobody';
+    return `not_leader: safe_seq ${p.safeSeq} (the lease is held by ${holder}; this step published nothing)`;
+  }
   const writers = p.holders === null ? '' : `, ${p.holders} writer${p.holders === 1 ? '' : 's'} in flight`;
   const pending = p.pending > 0 ? `, ${p.pending} observation${p.pending === 1 ? '' : 's'} waiting for them` : '';
   return `${p.outcome}: safe_seq ${p.safeSeq} (last seq ${p.lastSeq ?? '-'}${writers}${pending})`;
