@@ -70,3 +70,22 @@ test('the README shows examples/consumer.ts verbatim, and it runs as shown', asy
   const totals = await db.observer.query('SELECT customer, total::int AS total FROM order_totals ORDER BY customer');
   assert.deepEqual(totals.rows, [{ customer: 'ada', total: 70 }, { customer: 'bob', total: 24 }]);
 });
+
+test('every example can be run again: outbox.ts twice, consumer.ts twice, bootstrap.ts twice', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the examples migrate by themselves
+  const run = async (name: string) =>
+    (
+      await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL(`examples/${name}`, root).pathname], {
+        env: { ...process.env, DATABASE_URL: db.url },
+        cwd: new URL('.', root).pathname,
+        timeout: 60_000,
+      })
+    ).stdout;
+  assert.equal(await run('outbox.ts'), 'appended seq 1\nadvanced: safe_seq = 1\n');
+  assert.equal(await run('outbox.ts'), 'appended seq 2\nadvanced: safe_seq = 2\n', 'a second run places another order');
+  const orders = await db.observer.query('SELECT count(DISTINCT id)::int AS n FROM orders');
+  assert.equal(orders.rows[0].n, 2);
+  for (const pass of [1, 2]) assert.match(await run('consumer.ts'), /^ada: \d+\nbob: \d+\n/m, `consumer.ts, run ${pass}`);
+  for (const pass of [1, 2]) assert.match(await run('bootstrap.ts'), /^rebuilt through seq \d+ \(cursor was \d+\)\nthen delivered 0\n$/, `bootstrap.ts, run ${pass}`);
+});
