@@ -1,35 +1,49 @@
-import { InvalidEventError, InvalidOptionsError } from '../errors.js';
+import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, quoteIdent, validateSchema, type Queryable } from '../db/queryable.js';
+import { integerOption } from '../options.js';
+import { eventFromValue, type EventRow } from './event.js';
+import { EVENT_LIMITS } from './limits.js';
 
 /** A JSON object, as stored in `payload` and `headers`. */
 export type JsonObject = { [key: string]: unknown };
 
-/** An event to append. `seq` and `occurred_at` are assigned by the database. */
+/**
+ * An event to append. `seq` and `occurred_at` are assigned by the database.
+ * The limits (`EVENT_LIMITS` in `src/outbox/limits.ts`) are checked before
+ * anything is sent and enforced by the database for every writer. Text
+ * fields must not contain NUL or a lone UTF-16 surrogate; JSON must not
+ * contain `NaN`, `±Infinity`, BigInt, `\u0000` or a lone surrogate, which
+ * PostgreSQL cannot store or JSON.stringify would change.
+ */
 export interface NewEvent {
-  /** Partition that consumers follow, e.g. `orders`. Non-empty. */
+  /** Partition that consumers follow, e.g. `orders`. 1-200 characters (UTF-16 code units), as consumers accept. */
   stream: string;
-  /** Event type, e.g. `order.placed`. Non-empty. */
+  /** Event type, e.g. `order.placed`. 1-200 characters. */
   kind: string;
-  /** Entity reference, e.g. the order id. Non-empty. */
+  /** Entity reference, e.g. the order id. 1-256 characters. */
   key: string;
-  /** Event body. A JSON object; default `{}`. */
+  /** Event body. A plain JSON object; default `{}`. With headers at most `maxEventBytes` as stored. */
   payload?: JsonObject;
-  /** Metadata such as trace ids. A JSON object; default `{}`. */
+  /** Metadata such as trace ids. A plain JSON object of at most 64 KiB as stored; default `{}`. */
   headers?: JsonObject;
 }
 
-/** Options for {@link append} and {@link appendMany}. */
+/** Options for {@link append} and {@link appendMany}. Unknown options are refused. */
 export interface AppendOptions {
   /** Schema holding tidemark's tables. Default `tidemark`. */
   schema?: string;
-  /** Largest allowed size of payload plus headers, as UTF-8 JSON bytes. Default 1 MiB (1048576). */
+  /**
+   * Largest allowed size of payload plus headers, in UTF-8 bytes of the JSON
+   * text PostgreSQL stores (`payload::text`). Default and maximum 1 MiB
+   * (1048576, `EVENT_LIMITS.eventMaxBytes`, which the database enforces too);
+   * set it lower to hold this writer to less.
+   */
   maxEventBytes?: number;
 }
 
-/** Default for {@link AppendOptions.maxEventBytes}. */
-export const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
+/** Default for {@link AppendOptions.maxEventBytes}: the database's limit, `EVENT_LIMITS.eventMaxBytes`. */
+export const DEFAULT_MAX_EVENT_BYTES = EVENT_LIMITS.eventMaxBytes;
 
-const FIELDS = new Set(['stream', 'kind', 'key', 'payload', 'headers']);
 const sqlCache = new Map<string, { one: string; many: string }>();
 
 function statements(schema: string): { one: string; many: string } {
@@ -49,74 +63,47 @@ function statements(schema: string): { one: string; many: string } {
   return sql;
 }
 
-function resolve(options: AppendOptions): { schema: string; maxEventBytes: number } {
-  const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
-  const maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
-  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 2) {
-    throw new InvalidOptionsError('maxEventBytes', `expected an integer of at least 2, got ${String(maxEventBytes)}`);
+const DEFAULTS = { schema: DEFAULT_SCHEMA, maxEventBytes: DEFAULT_MAX_EVENT_BYTES };
+
+/** Resolves {@link AppendOptions}; throws InvalidOptionsError naming the option. */
+export function resolveAppendOptions(options: unknown): { schema: string; maxEventBytes: number } {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new InvalidOptionsError('options', `expected an object of append options (${Object.keys(DEFAULTS).join(', ')})`);
   }
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(DEFAULTS, name)) {
+      throw new InvalidOptionsError(name, `is not an append option (known: ${Object.keys(DEFAULTS).join(', ')})`);
+    }
+  }
+  const given = options as AppendOptions;
+  const schema = validateSchema(given.schema ?? DEFAULT_SCHEMA);
+  const maxEventBytes = integerOption(given, 'maxEventBytes', DEFAULT_MAX_EVENT_BYTES, 4, EVENT_LIMITS.eventMaxBytes);
   return { schema, maxEventBytes };
 }
 
-function text(event: Record<string, unknown>, index: number, field: string): string {
-  const value = event[field];
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new InvalidEventError(index, field, 'must be a non-empty string');
+/**
+ * Inserts checked rows in one statement; returns their seqs in row order.
+ * The seam the CLI writes through (its rows keep the user's JSON text).
+ */
+export async function insertRows(db: Queryable, schema: string, rows: readonly EventRow[]): Promise<bigint[]> {
+  if (rows.length === 0) return [];
+  if (rows.length === 1) {
+    const [row] = rows as [EventRow];
+    const result = await db.query(statements(schema).one, [row.stream, row.kind, row.key, row.payload, row.headers]);
+    return [BigInt((result.rows[0] as { seq: string | number }).seq)];
   }
-  if (value.includes('\u0000')) throw new InvalidEventError(index, field, 'must not contain NUL characters');
-  return value;
-}
-
-function jsonObject(event: Record<string, unknown>, index: number, field: string): string {
-  const value = event[field] === undefined ? {} : event[field];
-  const proto: unknown = typeof value === 'object' && value !== null ? Object.getPrototypeOf(value) : undefined;
-  if (proto !== Object.prototype && proto !== null) {
-    throw new InvalidEventError(index, field, 'must be a plain JSON object');
-  }
-  let json: string;
-  try {
-    json = JSON.stringify(value);
-  } catch (err) {
-    throw new InvalidEventError(index, field, `is not serialisable as JSON (${(err as Error).message})`);
-  }
-  // PostgreSQL's jsonb cannot store \u0000 in strings.
-  if (json.includes('\\u0000')) throw new InvalidEventError(index, field, 'must not contain NUL characters');
-  return json;
-}
-
-interface Row {
-  stream: string;
-  kind: string;
-  key: string;
-  payload: string;
-  headers: string;
-}
-
-function validate(input: unknown, index: number, maxEventBytes: number): Row {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new InvalidEventError(index, '(event)', 'must be an object with stream, kind and key');
-  }
-  const event = input as Record<string, unknown>;
-  if ('seq' in event) {
-    throw new InvalidEventError(index, 'seq', 'is assigned by the database under the fence and cannot be given');
-  }
-  for (const field of Object.keys(event)) {
-    if (!FIELDS.has(field)) {
-      throw new InvalidEventError(index, field, `is not an event field (expected ${[...FIELDS].join(', ')})`);
-    }
-  }
-  const row = {
-    stream: text(event, index, 'stream'),
-    kind: text(event, index, 'kind'),
-    key: text(event, index, 'key'),
-    payload: jsonObject(event, index, 'payload'),
-    headers: jsonObject(event, index, 'headers'),
-  };
-  const size = Buffer.byteLength(row.payload) + Buffer.byteLength(row.headers);
-  if (size > maxEventBytes) {
-    throw new InvalidEventError(index, 'payload', `payload and headers are ${size} bytes, over the limit of ${maxEventBytes} (maxEventBytes)`);
-  }
-  return row;
+  const result = await db.query(statements(schema).many, [
+    rows.map((r) => r.stream),
+    rows.map((r) => r.kind),
+    rows.map((r) => r.key),
+    rows.map((r) => r.payload),
+    rows.map((r) => r.headers),
+  ]);
+  // Rows are inserted in ORDER BY n order and the identity (CACHE 1) hands a
+  // session increasing numbers, so the sorted seqs follow the input order.
+  return (result.rows as { seq: string | number }[])
+    .map((r) => BigInt(r.seq))
+    .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }
 
 /**
@@ -131,32 +118,20 @@ function validate(input: unknown, index: number, maxEventBytes: number): Row {
  * await client.query('COMMIT');
  */
 export async function append(db: Queryable, event: NewEvent, options: AppendOptions = {}): Promise<bigint> {
-  const { schema, maxEventBytes } = resolve(options);
-  const row = validate(event, 0, maxEventBytes);
-  const result = await db.query(statements(schema).one, [row.stream, row.kind, row.key, row.payload, row.headers]);
-  return BigInt((result.rows[0] as { seq: string | number }).seq);
+  const { schema, maxEventBytes } = resolveAppendOptions(options);
+  const row = eventFromValue(event, 0, maxEventBytes);
+  const [seq] = await insertRows(db, schema, [row]);
+  return seq!;
 }
 
 /**
  * Appends several events in one statement and returns their seqs in input
- * order. Every event is validated before anything is sent: one bad event
+ * order. Every event is checked before anything is sent: one bad event
  * means nothing is written.
  */
 export async function appendMany(db: Queryable, events: readonly NewEvent[], options: AppendOptions = {}): Promise<bigint[]> {
-  const { schema, maxEventBytes } = resolve(options);
+  const { schema, maxEventBytes } = resolveAppendOptions(options);
   if (!Array.isArray(events)) throw new InvalidOptionsError('events', 'expected an array of events');
-  if (events.length === 0) return [];
-  const rows = events.map((event, index) => validate(event, index, maxEventBytes));
-  const result = await db.query(statements(schema).many, [
-    rows.map((r) => r.stream),
-    rows.map((r) => r.kind),
-    rows.map((r) => r.key),
-    rows.map((r) => r.payload),
-    rows.map((r) => r.headers),
-  ]);
-  // Rows are inserted in ORDER BY n order and the identity (CACHE 1) hands a
-  // session increasing numbers, so the sorted seqs follow the input order.
-  return (result.rows as { seq: string | number }[])
-    .map((r) => BigInt(r.seq))
-    .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const rows = events.map((event, index) => eventFromValue(event, index, maxEventBytes));
+  return insertRows(db, schema, rows);
 }

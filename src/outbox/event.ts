@@ -1,0 +1,151 @@
+/**
+ * One event checked against {@link EVENT_LIMITS} and what PostgreSQL can
+ * store, into the row `append`/`appendMany` insert. Events come as
+ * JavaScript values (the library) or as JSON text (the CLI), whose payload
+ * and headers text is passed to PostgreSQL exactly as written.
+ */
+import { InvalidEventError } from '../errors.js';
+import { JsonProblem, scanJson, stringify, type JsonMember } from './json.js';
+import { EVENT_LIMITS, textProblem, type TextField } from './limits.js';
+
+/** An event ready to insert: text fields checked, payload and headers as JSON text PostgreSQL will accept. */
+export interface EventRow {
+  stream: string;
+  kind: string;
+  key: string;
+  payload: string;
+  headers: string;
+}
+
+/** The fields an event may have. */
+export const EVENT_FIELDS: readonly string[] = ['stream', 'kind', 'key', 'payload', 'headers'];
+
+interface Json {
+  text: string;
+  size: number;
+}
+
+const EMPTY: Json = { text: '{}', size: 2 };
+
+function problem(index: number, field: string, err: unknown): never {
+  if (err instanceof JsonProblem) {
+    throw new InvalidEventError(index, field, err.path === '$' ? err.message : `${err.path} ${err.message}`);
+  }
+  throw err;
+}
+
+function checkFields(names: Iterable<string>, index: number): void {
+  for (const name of names) {
+    if (name === 'seq') throw new InvalidEventError(index, 'seq', 'is assigned by the database under the fence and cannot be given');
+    if (!EVENT_FIELDS.includes(name)) throw new InvalidEventError(index, name, `is not an event field (expected ${EVENT_FIELDS.join(', ')})`);
+  }
+}
+
+function text(index: number, field: TextField, value: unknown): string {
+  const why = textProblem(field, value);
+  if (why) throw new InvalidEventError(index, field, why);
+  return value as string;
+}
+
+/** Payload and headers within their limits; `maxEventBytes` bounds both together. */
+function sized(index: number, payload: Json, headers: Json, maxEventBytes: number): void {
+  if (headers.size > EVENT_LIMITS.headersMaxBytes) {
+    throw new InvalidEventError(index, 'headers', `is ${headers.size} bytes as stored, over the limit of ${EVENT_LIMITS.headersMaxBytes}`);
+  }
+  const size = payload.size + headers.size;
+  if (size > maxEventBytes) {
+    throw new InvalidEventError(index, 'payload', `payload and headers are ${size} bytes as stored, over the limit of ${maxEventBytes} (maxEventBytes)`);
+  }
+}
+
+/** A JavaScript value for `payload` or `headers`: a plain object, serialised without loss. */
+function valueJson(index: number, field: string, value: unknown): Json {
+  if (value === undefined) return EMPTY;
+  const proto: unknown = typeof value === 'object' && value !== null ? Object.getPrototypeOf(value) : undefined;
+  if (proto !== Object.prototype && proto !== null) throw new InvalidEventError(index, field, 'must be a plain JSON object');
+  try {
+    const json = stringify(value);
+    const scan = json === undefined ? undefined : scanJson(json);
+    if (json === undefined || !scan?.object) throw new InvalidEventError(index, field, 'must be a plain JSON object (its toJSON() returned something else)');
+    return { text: json, size: scan.size };
+  } catch (err) {
+    return problem(index, field, err);
+  }
+}
+
+/** Checks an event given as JavaScript values. */
+export function eventFromValue(input: unknown, index: number, maxEventBytes: number): EventRow {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw new InvalidEventError(index, '(event)', 'must be an object with stream, kind and key');
+  }
+  const event = input as Record<string, unknown>;
+  checkFields(Object.keys(event), index);
+  const row = {
+    stream: text(index, 'stream', event.stream),
+    kind: text(index, 'kind', event.kind),
+    key: text(index, 'key', event.key),
+  };
+  const payload = valueJson(index, 'payload', event.payload);
+  const headers = valueJson(index, 'headers', event.headers);
+  sized(index, payload, headers, maxEventBytes);
+  return { ...row, payload: payload.text, headers: headers.text };
+}
+
+/** A member given as JSON text for `payload` or `headers`: an object, passed on as written. */
+function memberJson(source: string, index: number, field: string, member: JsonMember | undefined): Json {
+  if (member === undefined) return EMPTY;
+  if (member.kind !== '{') throw new InvalidEventError(index, field, 'must be a JSON object');
+  return { text: source.slice(member.start, member.end), size: member.size };
+}
+
+/**
+ * Checks an event given as the JSON text of one object (an NDJSON line).
+ * Payload and headers keep their text exactly as written, so PostgreSQL
+ * parses the user's numbers (`1e400`, `12345678901234567890`) itself.
+ */
+export function eventFromJson(source: string, index: number, maxEventBytes: number): EventRow {
+  let members: Map<string, JsonMember> | undefined;
+  try {
+    const scan = scanJson(source, true);
+    members = scan.object ? scan.members : undefined;
+  } catch (err) {
+    problem(index, '(event)', err);
+  }
+  if (!members) throw new InvalidEventError(index, '(event)', 'must be a JSON object with stream, kind and key');
+  checkFields(members.keys(), index);
+  const field = (name: TextField) => {
+    const member = members.get(name);
+    return text(index, name, member?.kind === '"' ? member.text : undefined);
+  };
+  const row = { stream: field('stream'), kind: field('kind'), key: field('key') };
+  const payload = memberJson(source, index, 'payload', members.get('payload'));
+  const headers = memberJson(source, index, 'headers', members.get('headers'));
+  sized(index, payload, headers, maxEventBytes);
+  return { ...row, payload: payload.text, headers: headers.text };
+}
+
+/**
+ * Checks an event given as separate parts (the CLI's flags): text fields as
+ * strings, payload and headers as JSON text, passed on as written.
+ */
+export function eventFromParts(
+  parts: { stream: unknown; kind: unknown; key: unknown; payload?: string; headers?: string },
+  maxEventBytes: number,
+): EventRow {
+  const row = { stream: text(0, 'stream', parts.stream), kind: text(0, 'kind', parts.kind), key: text(0, 'key', parts.key) };
+  const json = (field: 'payload' | 'headers'): Json => {
+    const source = parts[field];
+    if (source === undefined) return EMPTY;
+    try {
+      const scan = scanJson(source);
+      if (!scan.object) throw new InvalidEventError(0, field, 'expected a JSON object');
+      return { text: source, size: scan.size };
+    } catch (err) {
+      return problem(0, field, err);
+    }
+  };
+  const payload = json('payload');
+  const headers = json('headers');
+  sized(0, payload, headers, maxEventBytes);
+  return { ...row, payload: payload.text, headers: headers.text };
+}
