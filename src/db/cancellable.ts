@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { NoResponseError, withDeadline } from './deadline.js';
 
 /**
  * Runs one statement on its own pooled connection and cancels it on the
@@ -12,6 +13,7 @@ export async function cancellableQuery(
   text: string,
   values: unknown[],
   signal?: AbortSignal,
+  boundMs?: number,
 ): Promise<pg.QueryResult> {
   signal?.throwIfAborted();
   const client = await pool.connect();
@@ -22,9 +24,10 @@ export async function cancellableQuery(
   signal?.addEventListener('abort', onAbort, { once: true });
   let broken: Error | undefined;
   try {
-    return await client.query(text, values);
+    const run = () => client.query(text, values);
+    return await (boundMs === undefined ? run() : withDeadline(client, boundMs, 'a tidemark statement', run));
   } catch (err) {
-    if (!(typeof err === 'object' && err !== null && 'code' in err)) broken = err as Error;
+    if (!(typeof err === 'object' && err !== null && 'code' in err) || err instanceof NoResponseError) broken = err as Error;
     throw err;
   } finally {
     signal?.removeEventListener('abort', onAbort);

@@ -45,3 +45,30 @@ export function destroySocket(client: pg.ClientBase): void {
   const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
   stream?.destroy();
 }
+
+/**
+ * One statement on its own pooled connection, answered within `ms` or the
+ * connection is destroyed ({@link NoResponseError}). A connection whose
+ * statement failed without a SQLSTATE is destroyed, not reused.
+ */
+export async function boundedQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  pool: pg.Pool,
+  ms: number,
+  what: string,
+  text: string,
+  values?: unknown[],
+): Promise<pg.QueryResult<R>> {
+  const client = await pool.connect();
+  const ignore = () => undefined; // the query's own rejection carries the failure
+  client.on('error', ignore);
+  let broken: Error | undefined;
+  try {
+    return await withDeadline(client, ms, what, () => client.query<R>(text, values));
+  } catch (err) {
+    if (!(typeof err === 'object' && err !== null && 'code' in err) || err instanceof NoResponseError) broken = err as Error;
+    throw err;
+  } finally {
+    client.off('error', ignore);
+    client.release(broken);
+  }
+}

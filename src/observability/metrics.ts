@@ -27,6 +27,8 @@ export interface TidemarkMetrics {
   watermarkError: (err: unknown) => void;
   /** Pass as `Pruner` option `observer`. */
   pruneObserver: (result: PruneResult) => void;
+  /** Pass as `Pruner` option `onError`: counts failed passes (each retried after a back-off). */
+  pruneError: (err: unknown) => void;
   /** Pass as `StreamClient` option `observer`. */
   consumerObserver: (event: ConsumerEvent) => void;
 }
@@ -79,7 +81,24 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
     registers,
   });
   const retries = new Counter({ name: 'tidemark_watermarker_retries_total', help: 'Failed runs of the watermark loop, each retried after a back-off.', registers });
-  const leader = new Gauge({ name: 'tidemark_watermarker_leader', help: '1 while this process holds the watermarker lease.', registers });
+  // The lease as last reported, valid until leaderUntil by this process's clock: with
+  // no news from the server (an outage), the gauge drops to 0 before a standby can take over.
+  let leaderUntil: Date | null = null;
+  const leader: Gauge = new Gauge({
+    name: 'tidemark_watermarker_leader',
+    help: '1 while this process holds the watermarker lease (as of its last step or loop summary, until that lease could expire).',
+    registers,
+    collect(): void {
+      leader.set(leaderUntil !== null && Date.now() < leaderUntil.getTime() ? 1 : 0);
+    },
+  });
+  const consumerRetries = new Counter({
+    name: 'tidemark_consumer_retries_total',
+    help: 'Tails that failed with a retryable error and went on after a back-off.',
+    labelNames: ['consumer', 'stream'],
+    registers,
+  });
+  const pruneErrors = new Counter({ name: 'tidemark_pruner_errors_total', help: 'Prune passes that failed, each retried after a back-off.', registers });
   const pruned = new Counter({ name: 'tidemark_pruned_events_total', help: 'Events deleted by retention in this process.', registers });
   const delivered = new Counter({ name: 'tidemark_delivered_events_total', help: 'Events delivered by this process.', labelNames: ['consumer', 'stream'], registers });
   const listenerErrors = new Counter({ name: 'tidemark_listener_errors_total', help: 'LISTEN connection failures (polling continues).', registers });
@@ -121,13 +140,13 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       if (event.type === 'step') {
         const p = event.progress;
         steps.inc({ outcome: p.outcome });
-        leader.set(p.leader ? 1 : 0);
+        leaderUntil = p.leaderUntil;
         if (p.holderPath) holderReads.inc({ path: p.holderPath });
         if (p.holderReadMs !== null) lockReadSeconds.inc(p.holderReadMs / 1000);
         if (p.outcome !== 'not_leader') stepSeconds.observe(p.stepMs / 1000);
       } else if (event.type === 'run') {
         const r = event.summary;
-        leader.set(r.leader ? 1 : 0);
+        leaderUntil = r.leaderUntil;
         const outcomes = { advanced: r.advanced, pending: r.pending, idle: r.idle };
         for (const [outcome, n] of Object.entries(outcomes)) if (n > 0) steps.inc({ outcome }, n);
         if (r.tryLockReads > 0) holderReads.inc({ path: 'try_lock' }, r.tryLockReads);
@@ -136,7 +155,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
         // The run reports log buckets; each step is counted at its bucket's middle.
         for (const [i, n] of r.stepHistogram.entries()) for (let k = 0; k < n; k += 1) stepSeconds.observe(stepBucketMs(i) / 1000);
       } else {
-        leader.set(0);
+        leaderUntil = null;
         retries.inc();
       }
     },
@@ -146,9 +165,13 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
     pruneObserver(result) {
       pruned.inc(result.deleted);
     },
+    pruneError() {
+      pruneErrors.inc();
+    },
     consumerObserver(event) {
       if (event.type === 'page' && event.delivered > 0) delivered.inc({ consumer: event.consumer, stream: event.stream }, event.delivered);
       if (event.type === 'listener:error') listenerErrors.inc();
+      if (event.type === 'retry') consumerRetries.inc({ consumer: event.consumer, stream: event.stream });
     },
   };
 }

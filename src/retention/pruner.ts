@@ -1,9 +1,18 @@
 import type pg from 'pg';
 import { InvalidOptionsError } from '../errors.js';
 import { sleep } from '../db/acquire.js';
+import { boundedQuery } from '../db/deadline.js';
 import { quoteIdent } from '../db/queryable.js';
 import { resolvePrunerOptions, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
+
+/** A prune batch (an index range scan of at most `batchSize` events) that gets no answer within this long has its connection dropped. */
+const BATCH_BOUND_MS = 60_000;
+/** Bound on the heartbeat beyond its own 5 s lock wait. */
+const BEAT_BOUND_MS = 10_000;
+/** Back-off of `run()` after a failed pass. */
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 10_000;
 
 /** What one `prune()` pass deleted. */
 export interface PruneResult {
@@ -101,7 +110,7 @@ export class Pruner {
     const horizons = new Map<string, bigint>();
     for (;;) {
       signal?.throwIfAborted();
-      const row = (await this.pool.query<BatchRow>(this.sql.batch, [this.options.retentionMs, this.options.batchSize])).rows[0]!;
+      const row = (await boundedQuery<BatchRow>(this.pool, BATCH_BOUND_MS, 'a prune batch', this.sql.batch, [this.options.retentionMs, this.options.batchSize])).rows[0]!;
       result.batches += 1;
       const deleted = Number(row.deleted);
       result.deleted += deleted;
@@ -116,22 +125,31 @@ export class Pruner {
 
   /**
    * Prunes every `intervalMs` until `signal` aborts, writing a `pruner`
-   * heartbeat after each pass. Errors go to `onError` and the loop goes on.
-   * Resolves (does not reject) when the signal aborts.
+   * heartbeat after each pass. Errors go to `onError` and the loop goes on:
+   * a failed pass is tried again after a back-off (100 ms doubling, with
+   * jitter, up to 10 s, never longer than `intervalMs`), so a database that
+   * comes back is pruned, and reported healthy, within seconds rather than
+   * at the next interval. Resolves (does not reject) when the signal aborts.
    */
   async run(signal: AbortSignal): Promise<void> {
     const o = this.options;
+    let failures = 0;
     while (!signal.aborted) {
+      let pauseMs = o.intervalMs;
       try {
         const result = await this.prune({ signal });
+        failures = 0;
         this.observe(result);
         const details = { deleted: result.deleted, safeSeq: result.safeSeq.toString() };
-        await this.pool.query(this.sql.beat, [o.owner, details, 5000]);
+        await boundedQuery(this.pool, 5000 + BEAT_BOUND_MS, 'the pruner heartbeat', this.sql.beat, [o.owner, details, 5000]);
       } catch (err) {
         if (signal.aborted) break;
         this.report(err);
+        failures += 1;
+        const ceiling = Math.min(o.intervalMs, RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(failures - 1, 30));
+        pauseMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
       }
-      await sleep(o.intervalMs, signal).catch(() => undefined);
+      await sleep(pauseMs, signal).catch(() => undefined);
     }
   }
 

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { quoteIdent } from '../db/queryable.js';
 import { cancelBackend } from '../db/cancellable.js';
+import { withDeadline } from '../db/deadline.js';
 import type { ResolvedWatermarkerOptions } from './options.js';
 import type { RunEndReason, WatermarkRunSummary } from './progress.js';
 
@@ -52,9 +53,14 @@ export class LoopConnection {
       `p_synchronous_commit => ${o.synchronousCommit}, p_try_lock => ${o.tryLockFirst}, p_max_steps_per_second => ${o.maxStepsPerSecond})`;
   }
 
-  /** Runs the loop once; on abort, cancels it on the server. Resolves with its summary. */
+  /**
+   * Runs the loop once; on abort, cancels it on the server. Resolves with
+   * its summary. A run that does not answer within `summaryIntervalMs +
+   * responseTimeoutMs` has its connection destroyed (`NoResponseError`).
+   */
   async runOnce(signal: AbortSignal): Promise<WatermarkRunSummary> {
     signal.throwIfAborted();
+    const o = this.options;
     const client = this.client ?? (await this.open());
     let cancelling: Promise<void> | undefined;
     const onAbort = () => {
@@ -63,8 +69,20 @@ export class LoopConnection {
     signal.addEventListener('abort', onAbort, { once: true });
     const started = performance.now();
     try {
-      const result = await client.query<RunRow>(this.call(client));
-      return toSummary(result.rows[0]!, performance.now() - started);
+      // Pairs a server instant with a local one that precedes it: the
+      // lease's expiry measured from that server instant, added to the local
+      // one, can only undershoot the real expiry. (A procedure that commits
+      // cannot share a message with another statement, hence a statement
+      // of its own, one round trip.)
+      const sentAt = Date.now();
+      const clock = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
+        client.query<{ now: Date }>('SELECT pg_catalog.statement_timestamp() AS now'),
+      );
+      const result = await withDeadline(client, o.summaryIntervalMs + o.responseTimeoutMs, 'the watermark loop', () =>
+        client.query<RunRow>(this.call(client)),
+      );
+      const row = result.rows[0]!;
+      return toSummary(row, performance.now() - started, leaderUntil(row.leader, row.lease_expires_at, clock.rows[0]!.now, sentAt));
     } catch (err) {
       this.destroy(err);
       throw err;
@@ -84,9 +102,16 @@ export class LoopConnection {
     // A terminated backend also emits 'error' on the client; the query's own rejection carries it.
     client.on('error', () => undefined);
     try {
-      await client.query(
-        `SET application_name = '${LOOP_APPLICATION_NAME}'; SET default_transaction_isolation = 'read committed'; ` +
-          `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = 5000`,
+      // client_connection_check_interval (PostgreSQL 14+): a run whose client
+      // is gone (its socket closed, or timed out by keepalive) ends within a
+      // second instead of renewing the lease to the end of the run.
+      await withDeadline(client, this.options.responseTimeoutMs, 'the watermark loop', () =>
+        client.query(
+          `SET application_name = '${LOOP_APPLICATION_NAME}'; SET default_transaction_isolation = 'read committed'; ` +
+            `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = 5000; ` +
+            `SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false) ` +
+            `WHERE pg_catalog.current_setting('server_version_num')::int >= 140000`,
+        ),
       );
     } catch (err) {
       client.release(err as Error);
@@ -103,7 +128,19 @@ export class LoopConnection {
   }
 }
 
-function toSummary(row: RunRow, elapsedMs: number): WatermarkRunSummary {
+/**
+ * Until when this process may act as the lease holder: `sentAt` (local)
+ * plus the lease's expiry measured from `serverAt`, a server instant that
+ * came after `sentAt` (the receipt of a statement sent then). So never
+ * later than the lease's real expiry (clock rates aside). Null when not
+ * the leader.
+ */
+export function leaderUntil(leader: boolean, expiresAt: Date | null, serverAt: Date, sentAt: number): Date | null {
+  if (!leader || expiresAt === null) return null;
+  return new Date(sentAt + (expiresAt.getTime() - serverAt.getTime()));
+}
+
+function toSummary(row: RunRow, elapsedMs: number, until: Date | null): WatermarkRunSummary {
   return {
     reason: row.reason,
     steps: Number(row.steps),
@@ -121,6 +158,7 @@ function toSummary(row: RunRow, elapsedMs: number): WatermarkRunSummary {
     leader: row.leader,
     leaseOwner: row.lease_owner,
     leaseExpiresAt: row.lease_expires_at,
+    leaderUntil: until,
     oldestPendingAt: row.oldest_pending_at,
     elapsedMs,
   };

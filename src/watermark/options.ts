@@ -47,6 +47,14 @@ export interface WatermarkerOptions {
   retryMinMs?: number;
   /** Cap of the retry delay. Default 5000. */
   retryMaxMs?: number;
+  /**
+   * How long a statement of the watermarker's may go unanswered beyond its
+   * own bound before its connection is treated as dead, destroyed and the
+   * loop retried: the loop's `CALL` gets `summaryIntervalMs +
+   * responseTimeoutMs`, the lease, step and heartbeat statements
+   * `responseTimeoutMs` (plus their lock waits). Default 10000.
+   */
+  responseTimeoutMs?: number;
   /** Minimum interval between durable heartbeats. Default 1000. */
   heartbeatIntervalMs?: number;
   /** Bound on the heartbeat's wait for its row lock. Default 5000. */
@@ -88,6 +96,7 @@ const KNOWN = new Set<string>([
   'tryLockFirst',
   'retryMinMs',
   'retryMaxMs',
+  'responseTimeoutMs',
   'heartbeatIntervalMs',
   'heartbeatTimeoutMs',
   'synchronousCommit',
@@ -149,6 +158,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
     tryLockFirst: booleanOption(options, 'tryLockFirst', true),
     retryMinMs,
     retryMaxMs,
+    responseTimeoutMs: integerOption(options, 'responseTimeoutMs', 10_000, 1, DAY),
     heartbeatIntervalMs: integerOption(options, 'heartbeatIntervalMs', 1000, 0, DAY),
     heartbeatTimeoutMs: integerOption(options, 'heartbeatTimeoutMs', 5000, 1, 600_000),
     synchronousCommit: booleanOption(options, 'synchronousCommit', false),

@@ -50,6 +50,13 @@ export interface WatermarkProgress {
   leaseOwner: string | null;
   /** When the lease expires, by the database clock (null when nobody holds it). */
   leaseExpiresAt: Date | null;
+  /**
+   * Until when, by this process's clock, this instance may act as the lease
+   * holder (null when it is not the leader): the instant the statement was
+   * sent plus the lease's remaining time as the server saw it on receipt,
+   * so never later than the lease's real expiry.
+   */
+  leaderUntil: Date | null;
   /** What happened to the durable heartbeat after this step. */
   heartbeat: HeartbeatOutcome;
 }
@@ -89,6 +96,8 @@ export interface WatermarkRunSummary {
   leader: boolean;
   leaseOwner: string | null;
   leaseExpiresAt: Date | null;
+  /** Until when, by this process's clock, this instance may act as the lease holder (null when not leader); see {@link WatermarkProgress.leaderUntil}. */
+  leaderUntil: Date | null;
   /** When the oldest observation still waiting for writers was taken (null when none waits). */
   oldestPendingAt: Date | null;
   /** Wall time of the run, measured by the client, in milliseconds. */

@@ -4,7 +4,8 @@ import { ClosedError, InvalidOptionsError } from '../errors.js';
 import { cancellableQuery } from '../db/cancellable.js';
 import { quoteIdent } from '../db/queryable.js';
 import { acquireLease, leaseSql, type LeaseSql } from './lease.js';
-import { LoopConnection } from './loop.js';
+import { leaderUntil, LoopConnection } from './loop.js';
+import { boundedQuery, withDeadline } from '../db/deadline.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
 import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress } from './progress.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
@@ -22,6 +23,7 @@ interface StepRow {
   lease_owner: string | null;
   lease_expires_at: Date | null;
   step_ms: number;
+  received_at: Date;
 }
 
 /** Options for a single {@link Watermarker.step}. */
@@ -56,6 +58,7 @@ export class Watermarker {
   private readonly lease: LeaseSql;
   private readonly sql: { step: string; beat: string };
   private leader = false;
+  private leaderUntil: Date | null = null;
   private renewDueAt = 0;
   private lastBeatAt = Number.NEGATIVE_INFINITY;
   private closed = false;
@@ -74,9 +77,17 @@ export class Watermarker {
     };
   }
 
-  /** True while this instance believes it holds the lease (checked again by every publication). */
+  /**
+   * True while this instance holds the lease as far as it can know: the
+   * last step or loop summary said so, and the lease it reported has not
+   * expired yet by this process's clock (`leaderUntil`, measured from when
+   * that statement was sent, so never later than the real expiry). A
+   * watermarker that stops hearing from the server (a dead connection)
+   * stops believing it leads before a standby can take the lease. Every
+   * publication checks the lease again in the database.
+   */
   get isLeader(): boolean {
-    return this.leader;
+    return this.leader && this.leaderUntil !== null && Date.now() < this.leaderUntil.getTime();
   }
 
   /**
@@ -94,7 +105,8 @@ export class Watermarker {
     if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
     if (!this.leader || Date.now() >= this.renewDueAt) {
-      this.leader = await acquireLease(this.pool, this.lease, o.owner, o.leaseTtlMs);
+      const bounded = { query: (text: string, values?: unknown[]) => boundedQuery(this.pool, o.responseTimeoutMs, 'the watermarker lease', text, values) };
+      this.leader = await acquireLease(bounded, this.lease, o.owner, o.leaseTtlMs);
       if (this.leader) this.renewDueAt = Date.now() + o.leaseRenewMs;
     }
     const progress = this.fromRow(await this.stepOnce());
@@ -131,12 +143,14 @@ export class Watermarker {
           const summary = await loop.runOnce(signal);
           retryMs = o.retryMinMs;
           this.leader = summary.leader;
+          this.leaderUntil = summary.leaderUntil;
           this.emit({ type: 'run', summary });
           await this.heartbeat({ leader: summary.leader, reason: summary.reason, safeSeq: summary.safeSeq.toString(), steps: summary.steps }, signal);
           if (summary.reason === 'released' || summary.reason === 'lease_lost') pauseMs = o.leaseRenewMs;
         } catch (err) {
           if (signal.aborted) break;
           this.leader = false;
+          this.leaderUntil = null;
           pauseMs = Math.round(retryMs / 2 + Math.random() * (retryMs / 2));
           retryMs = Math.min(retryMs * 2, o.retryMaxMs);
           this.report(err);
@@ -147,6 +161,7 @@ export class Watermarker {
     } finally {
       loop.close();
       this.leader = false;
+      this.leaderUntil = null;
     }
   }
 
@@ -160,7 +175,8 @@ export class Watermarker {
     if (this.closed) return;
     this.closed = true;
     this.leader = false;
-    await this.pool.query(this.lease.release, [this.options.owner]);
+    this.leaderUntil = null;
+    await boundedQuery(this.pool, this.options.responseTimeoutMs, 'the watermarker lease', this.lease.release, [this.options.owner]);
   }
 
   /**
@@ -171,7 +187,7 @@ export class Watermarker {
    * nothing was published, unless the connection died after the COMMIT (the
    * watermark row then says what was).
    */
-  private async stepOnce(): Promise<StepRow> {
+  private async stepOnce(): Promise<StepRow & { sentAt: number }> {
     const o = this.options;
     const client = await this.pool.connect();
     // A terminated backend also emits 'error' on the client; the query's own rejection carries it.
@@ -185,10 +201,15 @@ export class Watermarker {
       // transaction is rolled back below instead of committed with the step.
       const text =
         `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; ${OPEN_TRANSACTION_CHECK}; ` +
-        `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000 AS step_ms ` +
+        `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000 AS step_ms, ` +
+        `pg_catalog.statement_timestamp() AS received_at ` +
         `FROM ${this.sql.step}(${client.escapeLiteral(o.owner)}, ${o.synchronousCommit}, ${o.tryLockFirst}) s; COMMIT`;
-      const results = (await client.query(text)) as unknown as pg.QueryResult<StepRow>[];
-      return results[2]!.rows[0]!; // BEGIN, check, step, COMMIT
+      const sentAt = Date.now();
+      // The step waits at most 200 ms for the watermark row, on top of which
+      // the server must answer within responseTimeoutMs.
+      const results = (await withDeadline(client, 200 + o.responseTimeoutMs, 'the watermark step', () => client.query(text))) as unknown as pg.QueryResult<StepRow>[];
+      const row = results[2]!.rows[0]!; // BEGIN, check, step, COMMIT
+      return { ...row, sentAt };
     } catch (err) {
       await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken = rollbackErr));
       throw err;
@@ -198,8 +219,9 @@ export class Watermarker {
     }
   }
 
-  private fromRow(row: StepRow): WatermarkProgress {
+  private fromRow(row: StepRow & { sentAt: number }): WatermarkProgress {
     this.leader = row.outcome !== 'not_leader';
+    this.leaderUntil = leaderUntil(this.leader, row.lease_expires_at, row.received_at, row.sentAt);
     return {
       outcome: row.outcome,
       advanced: row.outcome === 'advanced',
@@ -215,6 +237,7 @@ export class Watermarker {
       leader: this.leader,
       leaseOwner: row.lease_owner,
       leaseExpiresAt: row.lease_expires_at,
+      leaderUntil: this.leaderUntil,
       heartbeat: 'throttled',
     };
   }
@@ -229,7 +252,7 @@ export class Watermarker {
     if (signal?.aborted) return 'cancelled';
     this.lastBeatAt = Date.now();
     try {
-      await cancellableQuery(this.pool, this.sql.beat, [o.owner, details, o.heartbeatTimeoutMs], signal);
+      await cancellableQuery(this.pool, this.sql.beat, [o.owner, details, o.heartbeatTimeoutMs], signal, o.heartbeatTimeoutMs + o.responseTimeoutMs);
       return 'written';
     } catch (err) {
       if (signal?.aborted) return 'cancelled';

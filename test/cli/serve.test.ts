@@ -47,7 +47,7 @@ test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the leas
     /^tidemark_watermarker_leader 1$/m,
     /^tidemark_watermark_step_seconds_bucket\{le="[^"]+"\} \d+$/m,
     /^tidemark_watermark_step_seconds_count [1-9]\d*$/m,
-    /^tidemark_watermark_holder_reads_total\{path="try_lock"\} [1-9]\d*$/m,
+    /^tidemark_watermark_holder_reads_total\{path="(try_lock|pg_locks)"\} [1-9]\d*$/m,
     /^tidemark_watermark_blocking_writers 0$/m,
     /^tidemark_watermark_oldest_blocker_seconds 0$/m,
     /^tidemark_watermark_step_errors_total 0$/m,
@@ -153,7 +153,7 @@ test('serve: a terminated loop backend is reconnected by itself, and a removed f
   await db.observer.query('SELECT pg_terminate_backend($1)', [first]);
   // Terminated in the middle of a run (57P01) or between two runs (the
   // client then reports a connection error): either way, one line and a retry.
-  await stderr.next(/watermarker: retrying in \d+ ms/);
+  await stderr.next(/watermarker: .*; retrying in \d+ ms/);
   await waitFor('a new loop backend', async () => {
     const pid = await loopPid();
     return pid !== undefined && pid !== first;

@@ -9,8 +9,8 @@ test('a standby publishes nothing, and takes over once the active lease expires'
   const db = await testDb(t);
   const { observer } = db;
   const pool = db.pool();
-  const active = new Watermarker(pool, { owner: 'active', leaseTtlMs: 300, leaseRenewMs: 100 });
-  const standby = new Watermarker(pool, { owner: 'standby', leaseTtlMs: 300, leaseRenewMs: 100 });
+  const active = new Watermarker(pool, { owner: 'active', leaseTtlMs: 2000, leaseRenewMs: 600 });
+  const standby = new Watermarker(pool, { owner: 'standby', leaseTtlMs: 2000, leaseRenewMs: 600 });
 
   assert.equal((await active.step()).leader, true);
   await insertEvent(await db.session('writer'));
@@ -28,7 +28,7 @@ test('a standby publishes nothing, and takes over once the active lease expires'
     return p.leader ? p : undefined;
   });
   assert.ok(takeover.leaseExpiresAt! > expires);
-  const { acquired } = (await observer.query(`SELECT lease_expires_at - make_interval(secs => 0.3) AS acquired FROM tidemark.watermark`)).rows[0];
+  const { acquired } = (await observer.query(`SELECT lease_expires_at - make_interval(secs => 2) AS acquired FROM tidemark.watermark`)).rows[0];
   assert.ok(acquired >= expires, 'the standby acquired the lease no earlier than its expiry');
   await insertEvent(await db.session('writer2'));
   assert.equal((await standby.step()).safeSeq, 2n);

@@ -5,7 +5,8 @@ import { Watermarker } from '../../watermark/watermarker.js';
 import { resolveWatermarkerOptions, type WatermarkerOptions } from '../../watermark/options.js';
 import { createMetrics } from '../../observability/metrics.js';
 import { configured, openDatabase, type GlobalOptions } from '../context.js';
-import { CliError } from '../cli-error.js';
+import { CliError, EXIT } from '../cli-error.js';
+import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
 
 export interface ServeCommandOptions extends GlobalOptions {
@@ -70,8 +71,9 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   const db = await openDatabase(options, 6);
   const metrics = createMetrics({ pool: db.pool, schema: options.schema });
   const stop = new AbortController();
-  const health = { watermarker: { lastStepAt: 0, leader: false, safeSeq: '0' }, pruner: { lastRunAt: 0, lastError: null as string | null } };
+  const health = { watermarker: { lastStepAt: 0, safeSeq: null as string | null }, pruner: { lastRunAt: 0, lastError: null as string | null } };
   const log = (message: string) => console.error(`tidemark serve: ${message}`);
+  const oneLine = (err: unknown) => explain(err, { url: db.url, schema: options.schema }).message;
   let announced: boolean | undefined; // the leadership last logged
 
   const watermarker = roles.has('watermarker')
@@ -80,17 +82,18 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
         observer: (event) => {
           metrics.watermarkObserver(event);
           if (event.type === 'retry') {
-            log(`watermarker: retrying in ${event.delayMs} ms`);
+            log(`watermarker: ${oneLine(event.error)}; retrying in ${event.delayMs} ms`);
+            announced = undefined; // announce the lease again once the loop is back
             return;
           }
           const p = event.type === 'run' ? event.summary : event.progress;
           if (p.leader !== announced) log(p.leader ? 'watermarker lease acquired: active' : `watermarker standby (lease held by ${p.leaseOwner ?? 'nobody'})`);
           announced = p.leader;
-          health.watermarker = { lastStepAt: Date.now(), leader: p.leader, safeSeq: p.safeSeq.toString() };
+          health.watermarker = { lastStepAt: Date.now(), safeSeq: p.safeSeq.toString() };
         },
         onError: (err) => {
+          // A failed loop run is reported here and then as a retry event: log it once, there.
           metrics.watermarkError(err);
-          log(`watermarker: ${(err as Error).message ?? String(err)}`);
         },
       })
     : undefined;
@@ -102,8 +105,9 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
           health.pruner = { lastRunAt: Date.now(), lastError: null };
         },
         onError: (err) => {
-          health.pruner.lastError = (err as Error).message ?? String(err);
-          log(`pruner: ${health.pruner.lastError}`);
+          health.pruner.lastError = oneLine(err);
+          metrics.pruneError(err);
+          log(`pruner: ${health.pruner.lastError}; retrying`);
         },
       })
     : undefined;
@@ -113,7 +117,7 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
     try {
       await db.pool.query('SELECT 1');
     } catch (err) {
-      database = { ok: false, error: (err as Error).message };
+      database = { ok: false, error: oneLine(err) };
     }
     const body: Record<string, unknown> = { database };
     let ok = database.ok;
@@ -121,7 +125,8 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
       const age = Date.now() - health.watermarker.lastStepAt;
       const healthy = age < watermarker.options.leaseTtlMs;
       ok &&= healthy;
-      body.watermarker = { healthy, leader: health.watermarker.leader, lastStepAgoMs: age, safeSeq: health.watermarker.safeSeq, owner: watermarker.options.owner };
+      // leader: as of the last summary, and only until that lease could have expired.
+      body.watermarker = { healthy, leader: watermarker.isLeader, lastStepAgoMs: age, safeSeq: health.watermarker.safeSeq, owner: watermarker.options.owner };
     }
     if (pruner) {
       const healthy = health.pruner.lastError === null;
@@ -148,7 +153,7 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
       respond().catch((err: unknown) => res.writeHead(500).end(String(err)));
     });
     await new Promise<void>((resolve, reject) => {
-      server!.once('error', (err) => reject(new CliError(`--http: cannot listen on ${options.http}: ${err.message}`, 1)));
+      server!.once('error', (err) => reject(new CliError(`--http: cannot listen on ${options.http}: ${err.message}`, EXIT.usage)));
       server!.listen(listen.port, listen.host, resolve);
     });
     const address = server.address();
@@ -173,7 +178,9 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   deadline.unref();
   stop.abort();
   await Promise.all(running);
-  await watermarker?.close(); // releases the lease: a standby takes over at once
+  // Releases the lease: a standby takes over at once. With the database
+  // unreachable the lease simply expires; that is no reason to fail.
+  await watermarker?.close().catch((err: unknown) => log(`could not release the lease (${oneLine(err)}); it expires within ${watermarker.options.leaseTtlMs} ms`));
   await new Promise<void>((resolve) => {
     if (!server) return resolve();
     server.close(() => resolve());
