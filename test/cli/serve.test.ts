@@ -100,33 +100,61 @@ test('two serve processes: one active watermarker; after SIGKILL the standby tak
   assert.equal((await lease(db)).owner, null);
 });
 
-test('/healthz answers 503 while the database is unreachable, and 200 again once it is back', async (t) => {
+test('an outage: /healthz 503, metrics keep the last safe_seq and drop the leader by the lease clock; recovery within seconds; SIGTERM while down exits 0', async (t) => {
   const db = await testDb(t);
   const env = { DATABASE_URL: db.url };
-  const child = startCli(['serve', '--roles', 'watermarker', '--http', '127.0.0.1:0', '--lease-ttl', '60s'], { env });
+  // A pruner interval of an hour: after the outage it must not wait for it.
+  const child = startCli(['serve', '--roles', 'watermarker,pruner', '--http', '127.0.0.1:0', '--lease-ttl', '3s', '--prune-interval', '1h'], { env });
   t.after(() => child.kill('SIGKILL'));
   const stderr = watchStderr(child);
   const [, address] = await stderr.next(/http on (\S+) /);
   await stderr.next(/lease acquired: active/);
+  await cli(['append', '--stream', 'orders', '--kind', 'k', '--key', 'x'], { env });
+  await waitFor('safe_seq to advance', async () => (await safeSeq(db.observer)) === 1n);
+  const metric = async (name: string) => {
+    const text = await (await fetch(`http://${address}/metrics`)).text();
+    return new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1];
+  };
+  await waitFor('the leader metric', async () => (await metric('tidemark_watermarker_leader')) === '1');
   assert.equal((await fetch(`http://${address}/healthz`)).status, 200);
 
   // No new connections, and the serve process's existing ones are ended.
   const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
   await admin.connect();
   t.after(() => admin.end());
-  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS false`);
-  await db.observer.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'tidemark-cli'`);
+  const outage = async () => {
+    await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS false`);
+    await db.observer.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-%'`);
+  };
+  await outage();
   const down = await waitFor('healthz to report the database down', async () => {
     const r = await fetch(`http://${address}/healthz`);
-    return r.status === 503 ? ((await r.json()) as { status: string; database: { ok: boolean } }) : undefined;
+    return r.status === 503 ? ((await r.json()) as { status: string; database: { ok: boolean; error: string } }) : undefined;
   });
   assert.equal(down.status, 'unhealthy');
   assert.equal(down.database.ok, false);
+  assert.doesNotMatch(down.database.error, /\n/, 'one line');
+  // The lease (3 s) cannot be renewed: the leader gauge and /healthz drop it by themselves.
+  await waitFor('the leader metric to drop', async () => (await metric('tidemark_watermarker_leader')) === '0', 10_000);
+  const body = (await (await fetch(`http://${address}/healthz`)).json()) as { watermarker: { leader: boolean } };
+  assert.equal(body.watermarker.leader, false);
+  assert.equal(await metric('tidemark_database_up'), '0');
+  assert.equal(await metric('tidemark_safe_seq'), '1', 'the last safe_seq read, not 0');
+  await waitFor('a retry counted', async () => Number(await metric('tidemark_watermarker_retries_total')) > 0);
+  assert.match(stderr.text(), /watermarker: .*; retrying in \d+ ms/);
 
   await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`);
-  await waitFor('healthz to recover', async () => (await fetch(`http://${address}/healthz`)).status === 200);
+  // Within seconds, though the pruner's next pass is an hour away.
+  await waitFor('healthz to recover', async () => (await fetch(`http://${address}/healthz`)).status === 200, 30_000);
+  await waitFor('the leader metric back', async () => (await metric('tidemark_watermarker_leader')) === '1');
+
+  // SIGTERM while the database is down: one line about the lease, exit 0, no stack.
+  await outage();
+  await waitFor('healthz to report the database down', async () => (await fetch(`http://${address}/healthz`)).status === 503);
   child.kill('SIGTERM');
   assert.equal(await exited(child), 0, stderr.text());
+  assert.doesNotMatch(stderr.text(), /^\s+at /m, 'no stack trace');
+  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`);
 });
 
 test('serve: a terminated loop backend is reconnected by itself, and a removed flag is refused in one line', async (t) => {
