@@ -46,26 +46,36 @@ export function checkGlobals(options: GlobalOptions): { schema: string; url: str
 
 /**
  * Connects: `--database-url`, else `DATABASE_URL`, else an embedded
- * PostgreSQL kept under ./.tidemark/pg (created on first use, reused after),
- * or a throwaway one with `--ephemeral`.
+ * PostgreSQL kept under ./.tidemark/pg (created on first use, reused after;
+ * shared by concurrent commands and stopped by the last to close), or a
+ * throwaway one of this process's own with `--ephemeral`.
  */
 export async function openDatabase(options: GlobalOptions, poolSize = 4): Promise<Database> {
   let { url } = checkGlobals(options);
   let embedded: EmbeddedPostgresHandle | undefined;
+  let shared: Awaited<ReturnType<typeof attachOrStartEmbeddedPostgres>> | undefined;
   if (!url) {
-    embedded = options.ephemeral
-      ? await startEmbeddedPostgres({ dataDir: resolve('.tidemark', `ephemeral-${process.pid}`), ephemeral: true })
-      : await attachOrStartEmbeddedPostgres({ dataDir: resolve('.tidemark', 'pg') });
-    url = embedded.url;
+    if (options.ephemeral) embedded = await startEmbeddedPostgres({ dataDir: resolve('.tidemark', `ephemeral-${process.pid}`), ephemeral: true });
+    else shared = await attachOrStartEmbeddedPostgres({ dataDir: resolve('.tidemark', 'pg') });
+    url = (embedded ?? shared)!.url;
   }
   const pool = createPool({ connectionString: url, max: poolSize, application_name: 'tidemark-cli' });
+  // The shared server's last user stops it; this pool's backends, still
+  // exiting after pool.end(), must not count as another user.
+  const backends = new Set<number>();
+  if (shared) pool.on('connect', (client) => backends.add((client as unknown as { processID: number }).processID));
+  let closing: Promise<void> | undefined;
   return {
     pool,
     url,
-    embedded: embedded !== undefined,
-    async close() {
-      await pool.end();
-      await embedded?.stop();
+    embedded: embedded !== undefined || shared !== undefined,
+    close() {
+      closing ??= (async () => {
+        await pool.end();
+        await embedded?.stop();
+        await shared?.stop({ ownBackends: backends });
+      })();
+      return closing;
     },
   };
 }

@@ -1,0 +1,104 @@
+/**
+ * A private working directory for commands that use the shared embedded
+ * server (./.tidemark/pg), and what a test reads of that server from the
+ * outside: its postmaster.pid, whether its process lives, whether its port
+ * answers.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+
+/** A postmaster as its postmaster.pid describes it. */
+export interface Postmaster {
+  pid: number;
+  port: number;
+  status: string;
+}
+
+/** A fresh working directory; after the test, a server left running in it is stopped and the directory removed. */
+export async function privateDir(t: TestContext): Promise<string> {
+  const cwd = await mkdtemp(join(tmpdir(), 'tidemark-shared-'));
+  await chmod(cwd, 0o755); // reachable by the server's user when the test runs as root
+  t.after(async () => {
+    const left = postmaster(cwd);
+    if (left && processAlive(left.pid)) {
+      process.kill(left.pid, 'SIGINT');
+      await until('the leftover server to stop', async () => !processAlive(left.pid), 30_000);
+    }
+    await rm(cwd, { recursive: true, force: true });
+  });
+  return cwd;
+}
+
+const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
+
+/**
+ * Starts `tidemark ...args` in `cwd` as the leader of a process group of its
+ * own, as a shell starts a foreground job: `process.kill(-child.pid,
+ * 'SIGINT')` then acts as Ctrl-C in a terminal, reaching every process of
+ * the group.
+ */
+export function startCliGroup(args: string[], cwd: string): ChildProcess {
+  const { DATABASE_URL: _ignored, ...env } = process.env;
+  return spawn(process.execPath, ['--import', import.meta.resolve('tsx'), main, ...args], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+}
+
+/** The shared server's data directory under `cwd`. */
+export function dataDir(cwd: string): string {
+  return join(cwd, '.tidemark', 'pg');
+}
+
+/** The postmaster.pid of the shared server under `cwd`, if the file exists (line 1 pid, 4 port, 8 status). */
+export function postmaster(cwd: string): Postmaster | undefined {
+  const file = join(dataDir(cwd), 'postmaster.pid');
+  if (!existsSync(file)) return undefined;
+  let lines: string[];
+  try {
+    lines = readFileSync(file, 'utf8').split('\n');
+  } catch {
+    return undefined; // removed between the two calls
+  }
+  return { pid: Number(lines[0]), port: Number(lines[3]), status: lines[7]?.trim() ?? '' };
+}
+
+/** Whether `pid` runs (not a zombie waiting to be reaped). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.charAt(stat.lastIndexOf(')') + 2) !== 'Z';
+  } catch {
+    return true;
+  }
+}
+
+/** Resolves with the error code of connecting to 127.0.0.1:`port`, or 'connected'. */
+export function probePort(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve('connected');
+    });
+    socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+  });
+}
+
+/** Polls `check` every 50 ms until it returns a truthy value; fails after `timeoutMs`. */
+export async function until<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
