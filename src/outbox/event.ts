@@ -29,9 +29,17 @@ const EMPTY: Json = { text: '{}', size: 2 };
 
 function problem(index: number, field: string, err: unknown): never {
   if (err instanceof JsonProblem) {
-    throw new InvalidEventError(index, field, err.path === '$' ? err.message : `${err.path} ${err.message}`);
+    throw new InvalidEventError(index, field, err.segments.length === 0 ? err.message : `${err.path} ${err.message}`);
   }
   throw err;
+}
+
+/** A problem in a whole event's JSON text, blamed on the event field it lies in (`payload`, at `$.items[3]`). */
+function eventProblem(index: number, err: unknown): never {
+  if (err instanceof JsonProblem && typeof err.segments[0] === 'string' && EVENT_FIELDS.includes(err.segments[0])) {
+    problem(index, err.segments[0], new JsonProblem(err.segments.slice(1), err.message));
+  }
+  return problem(index, '(event)', err);
 }
 
 function checkFields(names: Iterable<string>, index: number): void {
@@ -109,7 +117,7 @@ export function eventFromJson(source: string, index: number, maxEventBytes: numb
     const scan = scanJson(source, true);
     members = scan.object ? scan.members : undefined;
   } catch (err) {
-    problem(index, '(event)', err);
+    eventProblem(index, err);
   }
   if (!members) throw new InvalidEventError(index, '(event)', 'must be a JSON object with stream, kind and key');
   checkFields(members.keys(), index);

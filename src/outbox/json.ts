@@ -11,14 +11,22 @@
  * only `"`, `\`, and control characters escaped.
  */
 
-/** A value PostgreSQL cannot store, at `path` (`$.items[3].price`). */
+/** A member name or an array index on the way to a value. */
+export type Segment = string | number;
+
+/** A value PostgreSQL cannot store, at `segments` (`$.items[3].price`); none for text that is not JSON at all. */
 export class JsonProblem extends Error {
   constructor(
-    readonly path: string,
+    readonly segments: readonly Segment[],
     message: string,
   ) {
     super(message);
     this.name = 'JsonProblem';
+  }
+
+  /** The path, JSONPath style: `$.items[3].price`. */
+  get path(): string {
+    return formatPath(this.segments);
   }
 }
 
@@ -50,8 +58,6 @@ const NUMERIC_MAX_SCALE = 16383;
 /** Exponents PostgreSQL 15 refuses even on zero (18 accepts one more); the stricter bound holds for both. */
 const NUMERIC_MAX_EXPONENT = 1073741822;
 
-type Segment = string | number;
-
 interface ObjectFrame {
   object: true;
   /** Rendered size of each member (`"key": value`), by key: a later duplicate replaces an earlier one. */
@@ -72,7 +78,8 @@ const NUMBER = /^(-?)(0|[1-9]\d*)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 const NUMBER_CHARS = /[\d.eE+-]/;
 const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
-function formatPath(path: Segment[]): string {
+/** Segments as a JSONPath: `$.items[3]["odd key"]`. Long member names are cut. */
+export function formatPath(path: readonly Segment[]): string {
   let text = '$';
   for (const segment of path) {
     if (typeof segment === 'number') text += `[${segment}]`;
@@ -97,12 +104,12 @@ class Scanner {
   constructor(private readonly text: string) {}
 
   fail(message: string): never {
-    throw new JsonProblem(formatPath(this.path), message);
+    throw new JsonProblem([...this.path], message);
   }
 
   /** Not JSON at all: the position says where, a path would not. */
   syntax(message: string, at = this.i): never {
-    throw new JsonProblem('$', `is not valid JSON: ${message} at character ${at + 1}`);
+    throw new JsonProblem([], `is not valid JSON: ${message} at character ${at + 1}`);
   }
 
   skipWhitespace(): void {
@@ -331,7 +338,7 @@ export function stringify(value: unknown): string | undefined {
     text = JSON.stringify(value);
   } catch (err) {
     findUnstorable(value);
-    throw new JsonProblem('$', `is not serialisable as JSON (${(err as Error).message.split('\n')[0]})`);
+    throw new JsonProblem([], `is not serialisable as JSON (${(err as Error).message.split('\n')[0]})`);
   }
   // Fast path: without a `null` in the text, no number was turned into one.
   if (text !== undefined && text.includes('null')) findUnstorable(value);
@@ -346,9 +353,9 @@ function findUnstorable(value: unknown): void {
       const parent = paths.get(this);
       const path = parent === undefined ? [] : [...parent, Array.isArray(this) ? Number(key) : key];
       if (typeof v === 'number' && !Number.isFinite(v)) {
-        throw new JsonProblem(formatPath(path), `holds ${String(v)}, which JSON cannot represent (JSON.stringify would write null)`);
+        throw new JsonProblem(path, `holds ${String(v)}, which JSON cannot represent (JSON.stringify would write null)`);
       }
-      if (typeof v === 'bigint') throw new JsonProblem(formatPath(path), 'holds a BigInt, which JSON cannot represent; convert it to a string or a number');
+      if (typeof v === 'bigint') throw new JsonProblem(path, 'holds a BigInt, which JSON cannot represent; convert it to a string or a number');
       if (typeof v === 'object' && v !== null) paths.set(v, path);
       return v;
     });
