@@ -5,7 +5,10 @@ import { quoteIdent } from '../../db/queryable.js';
 import { migrate } from '../../schema/migrate.js';
 import { Watermarker } from '../../watermark/watermarker.js';
 import { readStatus } from '../../observability/status.js';
+import type pg from 'pg';
+import { sqlState, SQLSTATE } from '../../errors.js';
 import { openDatabase, positiveInt, type GlobalOptions } from '../context.js';
+import { CliError } from '../cli-error.js';
 import { parseDuration } from '../duration.js';
 
 export interface DemoCommandOptions extends GlobalOptions {
@@ -41,6 +44,35 @@ export function judge(committed: Set<bigint>, rolledBack: number, delivered: big
   return { committed: committed.size, rolledBack, delivered: delivered.length, duplicates, outOfOrder, missing, unexpected };
 }
 
+/** Connections the demo holds besides one per writer: the watermarker, the tailer's page and listener, status reads, and slack. */
+const INFRA_CONNECTIONS = 6;
+
+/**
+ * Refuses up front, in one line, when the server has fewer free connection
+ * slots than the demo needs: writers that cannot connect would otherwise
+ * leave the watermarker and the consumer waiting for a slot, and the demo
+ * would sit at `safe_seq 0` without saying why.
+ */
+async function checkConnectionSlots(pool: pg.Pool, writers: number): Promise<void> {
+  const { rows } = await pool.query<{ max: number; reserved: number; used: number }>(
+    `SELECT current_setting('max_connections')::int AS max,
+            CASE WHEN (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN 0
+                 ELSE current_setting('superuser_reserved_connections')::int
+                      + coalesce(current_setting('reserved_connections', true), '0')::int END AS reserved,
+            (SELECT count(*)::int FROM pg_catalog.pg_stat_activity
+              WHERE backend_type = 'client backend' AND pid <> pg_catalog.pg_backend_pid()) AS used`,
+  );
+  const { max, reserved, used } = rows[0]!;
+  const needed = writers + INFRA_CONNECTIONS;
+  const free = max - reserved - used;
+  if (needed <= free) return;
+  const fewer = free - INFRA_CONNECTIONS >= 1 ? `use --writers ${free - INFRA_CONNECTIONS} or fewer` : 'close other connections';
+  throw new CliError(
+    `--writers ${writers}: the demo needs ${needed} connections (one per writer and ${INFRA_CONNECTIONS} more), but the server has ${Math.max(free, 0)} free ` +
+      `(max_connections ${max}, ${reserved} reserved, ${used} in use); ${fewer}, or raise max_connections`,
+  );
+}
+
 /**
  * `tidemark demo [--duration 10s] [--writers 4]`: a live run of the whole
  * protocol in its own schema (default `tidemark_demo`, recreated): a
@@ -53,7 +85,13 @@ export async function demoCommand(options: DemoCommandOptions): Promise<number> 
   const durationMs = parseDuration(options.duration, '--duration');
   const writerCount = positiveInt(options.writers, '--writers');
   const schema = options.schema;
-  const db = await openDatabase(options, writerCount + 6);
+  const db = await openDatabase(options, writerCount + INFRA_CONNECTIONS);
+  try {
+    await checkConnectionSlots(db.pool, writerCount);
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
   const say = (line: string) => console.log(line);
   say(`tidemark demo: ${db.embedded ? 'embedded PostgreSQL' : 'DATABASE_URL'}, schema ${schema}, ${writerCount} writers, ${durationMs / 1000}s`);
   const stopWriters = new AbortController();
@@ -133,9 +171,27 @@ export async function demoCommand(options: DemoCommandOptions): Promise<number> 
       tty ? 200 : 1000,
     );
     const timer = setTimeout(() => stopWriters.abort(), durationMs);
-    const writers = Array.from({ length: writerCount }, (_, i) => writer(i + 1));
-    await Promise.all(writers);
+    // A writer that fails stops the others, and the demo reports why
+    // instead of waiting for a verdict that cannot come.
+    const writers = Array.from({ length: writerCount }, (_, i) =>
+      writer(i + 1).catch((err: unknown) => {
+        stopWriters.abort();
+        throw err;
+      }),
+    );
+    const failed = (await Promise.allSettled(writers)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
     clearTimeout(timer);
+    if (failed) {
+      clearInterval(ticker);
+      stopInfra.abort();
+      await Promise.allSettled([watermarking, consuming]);
+      await client.close();
+      await watermarker.close();
+      if (sqlState(failed.reason) === SQLSTATE.tooManyConnections) {
+        throw new CliError('a writer could not connect: the server ran out of connection slots during the demo (max_connections); use fewer --writers');
+      }
+      throw failed.reason;
+    }
 
     // Let the watermark and the consumer catch up with everything committed.
     const deadline = Date.now() + 30_000;
