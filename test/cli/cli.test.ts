@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { promisify } from 'node:util';
-import { freePort } from '../../src/db/embedded.js';
 import { closeAdmin, insertEvent, safeSeq, testDb } from '../support/db.js';
 
 after(closeAdmin);
@@ -87,86 +86,3 @@ test('without a database URL the CLI starts an embedded PostgreSQL under ./.tide
   assert.ok(existsSync(join(cwd, '.tidemark', 'pg', 'PG_VERSION')));
 });
 
-/** A URL where nothing listens: a check that should fail before connecting cannot pass by connecting. */
-async function nowhere(): Promise<string> {
-  return `postgres://postgres@127.0.0.1:${await freePort()}/app`;
-}
-
-test('option messages name the flag once: --owner, not ----owner', async () => {
-  const r = await tidemark(['serve', '--owner', '', '--database-url', await nowhere()]);
-  assert.equal(r.code, 2, r.stderr);
-  assert.equal(r.stderr, 'tidemark: --owner: expected a non-empty string of at most 200 characters without NUL, got ""\n');
-});
-
-test('duration messages speak the flag and the value as given, not milliseconds', async () => {
-  const url = await nowhere();
-  const cases: [string[], string][] = [
-    [['tail', '--consumer', 'c', '--stream', 's', '--poll', '0s'], '--poll: must be at least 1ms, got "0s"'],
-    [['tail', '--consumer', 'c', '--stream', 's', '--poll', '2h'], '--poll: must be at most 1h, got "2h"'],
-    [['serve', '--lease-ttl', '10s', '--lease-renew', '5s'], '--lease-renew: must be below half of --lease-ttl "10s", got "5s"'],
-    [['serve', '--lease-ttl', '10ms'], '--lease-ttl: must be at least 20ms, got "10ms"'],
-    [['serve', '--retention', '5m'], '--retention: "5m" is below the floor of 1h; pass --allow-short-retention to accept a shorter retention'],
-    [['prune', '--once', '--retention', '30m'], '--retention: "30m" is below the floor of 1h; pass --allow-short-retention to accept a shorter retention'],
-    [['serve', '--prune-interval', '2d'], '--prune-interval: must be at most 1d, got "2d"'],
-  ];
-  const results = await Promise.all(cases.map(([args]) => tidemark([...args, '--database-url', url])));
-  for (const [i, [args, message]] of cases.entries()) {
-    const r = results[i]!;
-    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
-    assert.equal(r.stderr, `tidemark: ${message}\n`);
-    assert.doesNotMatch(r.stderr, /\d{4,}|Ms\b/, 'no milliseconds, no library option names');
-  }
-});
-
-test('a bare number is not a duration: the message and every help with durations say so', async () => {
-  const r = await tidemark(['tail', '--consumer', 'c', '--stream', 's', '--poll', '5', '--database-url', await nowhere()]);
-  assert.equal(r.code, 2);
-  assert.equal(r.stderr, 'tidemark: --poll: "5" has no unit; write 5ms or 5s (units: ms, s, m, h, d)\n');
-  const commands = ['serve', 'tail', 'prune', 'demo'];
-  const helps = await Promise.all(commands.map((command) => tidemark([command, '--help'])));
-  for (const [i, command] of commands.entries()) {
-    const help = helps[i]!;
-    assert.equal(help.code, 0);
-    assert.match(help.stdout, /A <duration> is a number and its unit: 500ms, 10s, 1\.5m, 2h, 7d\. A bare number \(other than 0\) is refused\./, command);
-  }
-});
-
-test('values echoed in messages are cut to 80 characters', async () => {
-  const url = await nowhere();
-  const long = 'x'.repeat(20_000);
-  const cases: string[][] = [
-    ['tail', '--consumer', long, '--stream', 's'],
-    ['serve', '--owner', long],
-    ['serve', '--lease-ttl', long],
-    ['serve', '--roles', long],
-    ['tail', '--consumer', 'c', '--stream', 's', '--batch', long],
-    ['migrate', '--schema', long],
-  ];
-  const results = await Promise.all(cases.map((args) => tidemark([...args, '--database-url', url])));
-  for (const [i, args] of cases.entries()) {
-    const r = results[i]!;
-    const what = args.slice(0, 2).join(' ');
-    assert.equal(r.code, 2, `${what}: ${r.stderr.slice(0, 300)}`);
-    assert.equal(r.stderr.trim().split('\n').length, 1, what);
-    assert.ok(r.stderr.length < 300, `${what}: ${r.stderr.length} characters`);
-    assert.match(r.stderr, /"x{80}…"/, what);
-  }
-});
-
-test('--version prints the version of package.json', async () => {
-  const { version } = JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  for (const r of await Promise.all(['--version', '-V'].map((flag) => tidemark([flag])))) {
-    assert.equal(r.code, 0, r.stderr);
-    assert.equal(r.stdout, `${version}\n`);
-  }
-});
-
-test('every command\'s --help lists the global options', async () => {
-  const commands = ['migrate', 'serve', 'append', 'watermark', 'tail', 'prune', 'status', 'demo', 'bench'];
-  const helps = await Promise.all(commands.map((command) => tidemark([command, '--help'])));
-  for (const [i, command] of commands.entries()) {
-    const r = helps[i]!;
-    assert.equal(r.code, 0, r.stderr);
-    for (const flag of ['--database-url <url>', '--schema <name>', '--ephemeral', '--verbose']) assert.ok(r.stdout.includes(flag), `${command} --help shows ${flag}`);
-  }
-});
