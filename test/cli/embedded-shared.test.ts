@@ -11,7 +11,7 @@ import { test, type TestContext } from 'node:test';
 import pg from 'pg';
 import { attachOrStartEmbeddedPostgres } from '../../src/db/embedded.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
-import { dataDir, postmaster, privateDir, probePort, processAlive, startCliGroup, until, type Postmaster } from '../support/embedded-dir.js';
+import { dataDir, postmaster, privateDir, probePort, processAlive, startCliGroup, track, until, type Postmaster } from '../support/embedded-dir.js';
 
 /** A connection of the test's own; it counts as a client, so it is ended before a stop is expected. */
 async function observe(t: TestContext, port: number): Promise<pg.Client> {
@@ -44,8 +44,7 @@ async function migrated(cwd: string): Promise<void> {
  * signal handlers are set by then).
  */
 async function startTail(t: TestContext, cwd: string): Promise<{ tail: ChildProcess; server: Postmaster; observer: pg.Client }> {
-  const tail = startCliGroup(['tail', '--consumer', 'c', '--stream', 's'], cwd);
-  t.after(() => tail.kill('SIGKILL'));
+  const tail = track(t, startCliGroup(['tail', '--consumer', 'c', '--stream', 's'], cwd));
   const server = await until('tail to start the server', async () => {
     const p = postmaster(cwd);
     return p?.status === 'ready' && p;
@@ -57,8 +56,7 @@ async function startTail(t: TestContext, cwd: string): Promise<{ tail: ChildProc
 
 /** `tidemark serve` with a watermarker; resolves with its HTTP address once it leads. */
 async function startServe(t: TestContext, cwd: string): Promise<{ serve: ChildProcess; address: string; stderr: () => string }> {
-  const serve = startCli(['serve', '--roles', 'watermarker', '--http', '127.0.0.1:0'], { cwd });
-  t.after(() => serve.kill('SIGKILL'));
+  const serve = track(t, startCli(['serve', '--roles', 'watermarker', '--http', '127.0.0.1:0'], { cwd }));
   const stderr = watchStderr(serve);
   const [, address] = await stderr.next(/http on (\S+) /);
   await stderr.next(/lease acquired: active/);

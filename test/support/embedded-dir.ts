@@ -19,10 +19,47 @@ export interface Postmaster {
   status: string;
 }
 
+const dirs = new Set<string>();
+const children = new Set<ChildProcess>();
+let hooked = false;
+
+/**
+ * The shared server is detached, so it outlives this test process too: if
+ * the runner ends the process (a file timeout) before the tests' own
+ * cleanup ran, stop what they left running on the way out.
+ */
+function stopAllOnExit(): void {
+  if (hooked) return;
+  hooked = true;
+  const stopAll = () => {
+    for (const child of children) child.kill('SIGKILL');
+    for (const dir of dirs) {
+      const left = postmaster(dir);
+      if (left && processAlive(left.pid)) process.kill(left.pid, 'SIGINT');
+    }
+  };
+  process.once('exit', stopAll);
+  process.once('SIGTERM', () => {
+    stopAll();
+    process.exit(143);
+  });
+}
+
+/** Kills `child` after the test, or when this process is ended first. */
+export function track(t: TestContext, child: ChildProcess): ChildProcess {
+  stopAllOnExit();
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  t.after(() => child.kill('SIGKILL'));
+  return child;
+}
+
 /** A fresh working directory; after the test, a server left running in it is stopped and the directory removed. */
 export async function privateDir(t: TestContext): Promise<string> {
   const cwd = await mkdtemp(join(tmpdir(), 'tidemark-shared-'));
   await chmod(cwd, 0o755); // reachable by the server's user when the test runs as root
+  stopAllOnExit();
+  dirs.add(cwd);
   t.after(async () => {
     const left = postmaster(cwd);
     if (left && processAlive(left.pid)) {
@@ -30,6 +67,7 @@ export async function privateDir(t: TestContext): Promise<string> {
       await until('the leftover server to stop', async () => !processAlive(left.pid), 30_000);
     }
     await rm(cwd, { recursive: true, force: true });
+    dirs.delete(cwd);
   });
   return cwd;
 }
