@@ -102,8 +102,10 @@ test('--verbose prints the stack after the one line', async () => {
   assert.match(rest.join('\n'), / {4}at /);
 });
 
-test('an invalid event exits 2, like every other bad input', { todo: 'append.ts wraps InvalidEventError in CliError(..., 1); see the report of issue 11' }, async (t) => {
+test('an invalid event exits 2 with one line, from flags or from NDJSON', async (t) => {
   const db = await testDb(t);
-  const bad = await cli(['append', '--ndjson', '--database-url', db.url], { input: '{"stream":"s","kind":"k"}\n' });
-  assertOneLine(bad, USAGE, /event\[0\]\.key/, 'invalid event');
+  const fromFlags = await cli(['append', '--stream', 's', '--kind', 'k', '--key', '', '--database-url', db.url]);
+  assertOneLine(fromFlags, USAGE, /--key: must be a non-empty string/, 'invalid event from flags');
+  const fromNdjson = await cli(['append', '--ndjson', '--database-url', db.url], { input: '{"stream":"s","kind":"k"}\n' });
+  assertOneLine(fromNdjson, USAGE, /line 1: key: must be a non-empty string/, 'invalid event from NDJSON');
 });
