@@ -109,3 +109,9 @@ test('an invalid event exits 2 with one line, from flags or from NDJSON', async 
   const fromNdjson = await cli(['append', '--ndjson', '--database-url', db.url], { input: '{"stream":"s","kind":"k"}\n' });
   assertOneLine(fromNdjson, USAGE, /line 1: key: must be a non-empty string/, 'invalid event from NDJSON');
 });
+
+test('serve --http on an address that cannot be bound: one line, exit 2', async (t) => {
+  const db = await testDb(t);
+  const r = await cli(['serve', '--roles', 'pruner', '--http', '1.2.3.4:9464', '--database-url', db.url]);
+  assertOneLine(r, USAGE, /--http: cannot listen on 1\.2\.3\.4:9464: /, 'unbindable --http');
+});
