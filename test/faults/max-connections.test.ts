@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
 import pg from 'pg';
 import { createPool, StreamClient, type ConsumerEvent } from '../../src/index.js';
 import { startCli, watchStderr } from '../support/cli.js';
@@ -102,7 +103,8 @@ test('max_connections exhausted while running: writers fail, the roles retry and
 
   // Take every free slot. Writers release theirs after each append and
   // wait before trying again, so the test ends up with all of them: it
-  // stops after ten refusals in a row.
+  // stops after ten refusals in a row. While the test holds the slots,
+  // `grab` keeps taking any slot that frees up.
   const hogs: pg.Client[] = [];
   cleanup.push(() => Promise.all(hogs.map((h) => h.end().catch(() => undefined))));
   const exhaust = async () => {
@@ -113,6 +115,17 @@ test('max_connections exhausted while running: writers fail, the roles retry and
       } catch (err) {
         if (errorCode(err) !== '53300') throw err;
         refusals += 1;
+      }
+    }
+  };
+  let holding = true;
+  const grab = async () => {
+    while (holding) {
+      try {
+        hogs.push(await connect('fault-hog'));
+      } catch (err) {
+        if (errorCode(err) !== '53300') throw err;
+        await delay(5);
       }
     }
   };
@@ -130,29 +143,40 @@ test('max_connections exhausted while running: writers fail, the roles retry and
      SELECT pid, application_name FROM victims WHERE pg_terminate_backend(pid, 5000)`,
     [ours],
   );
-  await exhaust();
-  const heldSlots = hogs.length;
+  const terminatedAt = performance.now();
+  const grabbing = grab();
+  cleanup.push(async () => {
+    holding = false;
+    await grabbing;
+  });
 
-  // Hold while writers keep failing and the roles try to reconnect
-  // (bounded: the assertions below say whether a retry was reported).
+  // Hold while writers keep failing and the roles try to reconnect, for at
+  // least 3 s after their sessions ended (several back-off rounds), at
+  // most 10 s (the assertions below say whether a retry was reported).
   const libraryRetries = () => observed.filter((o) => (o.event as { type: string }).type === 'retry');
-  const serveRetries = () => serveLog.text().slice(serveLogAt).split('\n').filter((l) => /watermarker: retrying/.test(l));
+  // serve logs one line per retry of the watermarker: `watermarker: <what failed>; retrying in N ms`.
+  const serveRetries = () => serveLog.text().slice(serveLogAt).split('\n').filter((l) => /watermarker: .*retrying in \d+ ms/.test(l));
   await waitFor(
-    'writers to be refused 20 times and a role to report a retry',
+    'writers to be refused 20 times and a role to report a retry, 3 s at least',
     async () => {
       running();
       const refused = (writers.errorCodes.get('53300') ?? 0) - writerRefusalsBefore >= 20;
-      return refused && (libraryRetries().some((o) => errorCode((o.event as { error?: unknown }).error) === '53300') || serveLog.text().slice(serveLogAt).includes('too many clients'));
+      const libraryRefused = libraryRetries().some((o) => errorCode((o.event as { error?: unknown }).error) === '53300');
+      return refused && (libraryRefused || serveRetries().length >= 2) && performance.now() - terminatedAt >= 3000;
     },
     10_000,
   ).catch(() => undefined);
+  holding = false;
+  await grabbing;
   const heldMs = performance.now() - exhaustedAt;
+  const heldSlots = hogs.length;
   const writerRefusals = (writers.errorCodes.get('53300') ?? 0) - writerRefusalsBefore;
 
   const releasedAt = performance.now();
   await Promise.all(hogs.splice(0).map((h) => h.end().catch(() => undefined)));
-  await waitFor('100 appends to commit after the release', async () => writers.okSince(releasedAt) >= 100, 30_000);
+  await waitFor('50 appends to commit after the release', async () => writers.okSince(releasedAt) >= 50, 30_000);
   await writers.stop();
+  const writersStoppedAt = performance.now();
 
   const committed = await committedSeqs(observer);
   const last = committed.at(-1)!;
@@ -183,5 +207,5 @@ test('max_connections exhausted while running: writers fail, the roles retry and
   t.diagnostic(`StreamClient retries: ${retries.length} (times from the release); onError: ${errors.map(describeError).join('; ')}\n${describeRetries(observed, releasedAt).join('\n')}`);
   t.diagnostic(`serve (watermarker) retries: ${watermarkerRetries.length}; its stderr from the exhaustion on (times from the release):\n${serveLines.since(exhaustedAt, releasedAt)}`);
   const firstDelivery = firstAfter(libraryDeliveries, releasedAt);
-  t.diagnostic(`after the release: first delivery ${ms(firstDelivery === undefined ? undefined : firstDelivery - releasedAt)}, safe_seq at the last committed event ${ms(publishedAt === undefined ? undefined : publishedAt - releasedAt)}`);
+  t.diagnostic(`after the release: first delivery ${ms(firstDelivery === undefined ? undefined : firstDelivery - releasedAt)}, writers stopped at ${ms(writersStoppedAt - releasedAt)} (50 more appends, a connection each), safe_seq reached the last committed event ${ms(publishedAt === undefined ? undefined : publishedAt - writersStoppedAt)} after that`);
 });
