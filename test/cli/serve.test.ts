@@ -157,6 +157,29 @@ test('an outage: /healthz 503, metrics keep the last safe_seq and drop the leade
   await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`);
 });
 
+test('serve started while the database is unreachable becomes healthy within seconds of its return, not at the next prune interval', async (t) => {
+  const db = await testDb(t);
+  const admin = new pg.Client({ connectionString: process.env.TIDEMARK_TEST_ADMIN_URL });
+  await admin.connect();
+  t.after(() => admin.end());
+  db.defer(() => admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`)); // before the database is dropped
+  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS false`);
+  const child = startCli(['serve', '--roles', 'watermarker,pruner', '--http', '127.0.0.1:0', '--prune-interval', '1h'], { env: { DATABASE_URL: db.url } });
+  t.after(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  const [, address] = await stderr.next(/http on (\S+) /);
+  const down = await waitFor('the pruner to report its failed pass', async () => {
+    const r = (await (await fetch(`http://${address}/healthz`)).json()) as { pruner: { lastError: string | null } };
+    return r.pruner.lastError ?? undefined;
+  });
+  assert.doesNotMatch(down, /\n/, 'one line');
+  assert.match(stderr.text(), /pruner: .*; retrying/);
+  await admin.query(`ALTER DATABASE "${db.name}" ALLOW_CONNECTIONS true`);
+  await waitFor('healthz to turn 200', async () => (await fetch(`http://${address}/healthz`)).status === 200, 30_000);
+  child.kill('SIGTERM');
+  assert.equal(await exited(child), 0, stderr.text());
+});
+
 test('serve: a terminated loop backend is reconnected by itself, and a removed flag is refused in one line', async (t) => {
   const db = await testDb(t);
   const env = { DATABASE_URL: db.url };
