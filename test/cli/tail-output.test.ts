@@ -45,7 +45,7 @@ test('tail --once to a full disk exits 1 with one line and leaves the cursor whe
   });
   closeSync(full);
   let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   assert.equal(await exited(child), 1);
   assert.match(stderr, /^tidemark: cannot write to stdout: .*ENOSPC.*the cursor stays at the last line written\n$/);
   assert.equal(await cursor(db, 'c'), 0, 'nothing was written, nothing committed');
