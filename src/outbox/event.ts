@@ -5,7 +5,8 @@
  * and headers text is passed to PostgreSQL exactly as written.
  */
 import { InvalidEventError } from '../errors.js';
-import { JsonProblem, scanJson, stringify, type JsonMember } from './json.js';
+import { JsonProblem, scanJson, type JsonMember } from './json.js';
+import { stringify } from './stringify.js';
 import { EVENT_LIMITS, textProblem, type TextField } from './limits.js';
 
 /** An event ready to insert: text fields checked, payload and headers as JSON text PostgreSQL will accept. */

@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import fc from 'fast-check';
-import { JsonProblem, scanJson, stringify } from '../../src/outbox/json.js';
+import { JsonProblem, scanJson } from '../../src/outbox/json.js';
+import { stringify } from '../../src/outbox/stringify.js';
 import { closeAdmin, testDb, type Session } from '../support/db.js';
 
 after(closeAdmin);
