@@ -19,7 +19,7 @@ export type {
   HeartbeatOutcome,
 } from './watermark/progress.js';
 export { StreamClient } from './consumer/stream-client.js';
-export type { TailOptions, DrainOptions, DrainResult } from './consumer/stream-client.js';
+export type { TailOptions, DrainOptions, DrainResult, PageInfo } from './consumer/stream-client.js';
 export type { StreamClientOptions, ResolvedStreamClientOptions } from './consumer/options.js';
 export type { BootstrapSnapshot } from './consumer/bootstrap.js';
 export type { StreamEvent, Transaction, Handler, HandlerContext, WakeReason, ConsumerEvent } from './consumer/events.js';
@@ -31,7 +31,8 @@ export { createMetrics } from './observability/metrics.js';
 export type { MetricsOptions, TidemarkMetrics } from './observability/metrics.js';
 export { readStatus } from './observability/status.js';
 export type { TidemarkStatus, ReadStatusOptions, BlockingWriter } from './observability/status.js';
-export { createPool } from './db/pool.js';
+export { createPool, CONNECTION_DEFAULTS } from './db/pool.js';
+export { NoResponseError } from './db/deadline.js';
 export type { CreatePoolOptions } from './db/pool.js';
 export { DEFAULT_SCHEMA, fenceKey, notifyChannel } from './db/queryable.js';
 export type { Queryable } from './db/queryable.js';

@@ -4,6 +4,7 @@ import * as api from '../src/index.js';
 
 test('the public exports change only on purpose', () => {
   assert.deepEqual(Object.keys(api).sort(), [
+    'CONNECTION_DEFAULTS',
     'ClosedError',
     'ConnectionLostError',
     'CursorContentionError',
@@ -15,6 +16,7 @@ test('the public exports change only on purpose', () => {
     'InvalidEventError',
     'InvalidOptionsError',
     'MIN_RETENTION_MS',
+    'NoResponseError',
     'Pruner',
     'ResyncRequiredError',
     'StreamClient',
