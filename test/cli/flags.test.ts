@@ -1,77 +1,106 @@
 /**
  * Flag messages speak the user's terms: the flag as typed, the value as
  * given (cut to 80 characters), durations with their units, never a
- * library option name or a count of milliseconds. Each check runs before
- * anything connects (the URL points where nothing listens).
+ * library option name or a count of milliseconds. The rules are checked
+ * in-process, case by case; a few spawned commands show the same lines end
+ * to end, before anything connects (the URL points where nothing listens).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { CliError } from '../../src/cli/cli-error.js';
+import { configured, positiveInt } from '../../src/cli/context.js';
+import { formatDuration, parseDuration } from '../../src/cli/duration.js';
+import { explain } from '../../src/cli/explain.js';
+import { checkFlags } from '../../src/cli/flags.js';
 import { freePort } from '../../src/db/embedded.js';
-import { cli as tidemark } from '../support/cli.js';
+import { nameOption, ownerOption } from '../../src/options.js';
+import { resolvePrunerOptions } from '../../src/retention/options.js';
+import { resolveWatermarkerOptions } from '../../src/watermark/options.js';
+import { cli } from '../support/cli.js';
 
-/** A URL where nothing listens: a check that should fail before connecting cannot pass by connecting. */
-async function nowhere(): Promise<string> {
-  return `postgres://postgres@127.0.0.1:${await freePort()}/app`;
+/** The one line `run` fails with, as the CLI prints it (without `tidemark: `). */
+function failure(run: () => unknown): string {
+  try {
+    run();
+  } catch (err) {
+    assert.ok(err instanceof CliError || (err instanceof Error && 'code' in err), `a CliError or a TidemarkError, got ${String(err)}`);
+    return explain(err).message;
+  }
+  return assert.fail('expected a failure');
 }
 
 test('option messages name the flag once: --owner, not ----owner', async () => {
-  const r = await tidemark(['serve', '--owner', '', '--database-url', await nowhere()]);
+  assert.equal(
+    failure(() => configured(() => resolveWatermarkerOptions({ owner: '' }))),
+    '--owner: expected a non-empty string of at most 200 characters without NUL, got ""',
+  );
+  assert.equal(failure(() => configured(() => resolvePrunerOptions({ owner: '' }))), failure(() => configured(() => ownerOption(''))));
+  // A name inside the quoted value is the user's, left as typed.
+  assert.match(failure(() => configured(() => nameOption('', 'owner'))), /^--owner: /);
+  const r = await cli(['serve', '--owner', '', '--database-url', `postgres://postgres@127.0.0.1:${await freePort()}/app`]);
   assert.equal(r.code, 2, r.stderr);
   assert.equal(r.stderr, 'tidemark: --owner: expected a non-empty string of at most 200 characters without NUL, got ""\n');
 });
 
 test('duration messages speak the flag and the value as given, not milliseconds', async () => {
-  const url = await nowhere();
-  const cases: [string[], string][] = [
-    [['tail', '--consumer', 'c', '--stream', 's', '--poll', '0s'], '--poll: must be at least 1ms, got "0s"'],
-    [['tail', '--consumer', 'c', '--stream', 's', '--poll', '2h'], '--poll: must be at most 1h, got "2h"'],
-    [['serve', '--lease-ttl', '10s', '--lease-renew', '5s'], '--lease-renew: must be below half of --lease-ttl "10s", got "5s"'],
-    [['serve', '--lease-ttl', '10ms'], '--lease-ttl: must be at least 20ms, got "10ms"'],
-    [['serve', '--retention', '5m'], '--retention: "5m" is below the floor of 1h; pass --allow-short-retention to accept a shorter retention'],
-    [['prune', '--once', '--retention', '30m'], '--retention: "30m" is below the floor of 1h; pass --allow-short-retention to accept a shorter retention'],
-    [['serve', '--prune-interval', '2d'], '--prune-interval: must be at most 1d, got "2d"'],
+  const cases: [Record<string, unknown>, string][] = [
+    [{ poll: '0s' }, '--poll: must be at least 1ms, got "0s"'],
+    [{ poll: '2h' }, '--poll: must be at most 1h, got "2h"'],
+    [{ leaseTtl: '10s', leaseRenew: '5s' }, '--lease-renew: must be below half of --lease-ttl "10s", got "5s"'],
+    [{ leaseTtl: '10ms' }, '--lease-ttl: must be at least 20ms, got "10ms"'],
+    [{ leaseTtl: '2d' }, '--lease-ttl: must be at most 1d, got "2d"'],
+    [{ retention: '5m' }, '--retention: "5m" is below the floor of 1h; pass --allow-short-retention to accept a shorter retention'],
+    [{ pruneInterval: '0.4ms' }, '--prune-interval: must be at least 1ms, got "0.4ms"'],
+    [{ pruneInterval: '2d' }, '--prune-interval: must be at most 1d, got "2d"'],
+    [{ shutdownTimeout: 'soon' }, '--shutdown-timeout: expected a duration, a number and its unit (ms, s, m, h or d): 500ms, 10s, 1.5m, 2h, 7d; got "soon"'],
   ];
-  const results = await Promise.all(cases.map(([args]) => tidemark([...args, '--database-url', url])));
-  for (const [i, [args, message]] of cases.entries()) {
-    const r = results[i]!;
-    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
-    assert.equal(r.stderr, `tidemark: ${message}\n`);
-    assert.doesNotMatch(r.stderr, /\d{4,}|Ms\b/, 'no milliseconds, no library option names');
+  for (const [options, message] of cases) {
+    assert.equal(failure(() => checkFlags(options)), message, JSON.stringify(options));
+    assert.doesNotMatch(message, /\d{4,}|Ms\b/, 'no milliseconds, no library option names');
   }
+  // What the rules accept, the library accepts too.
+  checkFlags({ leaseTtl: '10s', leaseRenew: '3s', retention: '30m', allowShortRetention: true, poll: '1ms', pruneInterval: '1d' });
+  assert.deepEqual([parseDuration('1.5m', '--poll'), parseDuration('0', '--retention'), parseDuration(' 7d ', '--retention')], [90_000, 0, 604_800_000]);
+  assert.deepEqual([1, 1500, 10_000, 3_600_000, 86_400_000, 0].map(formatDuration), ['1ms', '1500ms', '10s', '1h', '1d', '0s']);
+
+  const r = await cli(['tail', '--consumer', 'c', '--stream', 's', '--poll', '0s', '--database-url', `postgres://postgres@127.0.0.1:${await freePort()}/app`]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.equal(r.stderr, 'tidemark: --poll: must be at least 1ms, got "0s"\n');
 });
 
-test('a bare number is not a duration: the message and every help with durations say so', async () => {
-  const r = await tidemark(['tail', '--consumer', 'c', '--stream', 's', '--poll', '5', '--database-url', await nowhere()]);
+test('a bare number is not a duration: it could be milliseconds or seconds', async () => {
+  assert.equal(failure(() => parseDuration('5', '--poll')), '--poll: "5" has no unit; write 5ms or 5s (units: ms, s, m, h, d)');
+  assert.equal(failure(() => parseDuration('2.5', '--lease-ttl')), '--lease-ttl: "2.5" has no unit; write 2.5ms or 2.5s (units: ms, s, m, h, d)');
+  const r = await cli(['serve', '--lease-ttl', '30', '--database-url', `postgres://postgres@127.0.0.1:${await freePort()}/app`]);
   assert.equal(r.code, 2);
-  assert.equal(r.stderr, 'tidemark: --poll: "5" has no unit; write 5ms or 5s (units: ms, s, m, h, d)\n');
-  const commands = ['serve', 'tail', 'prune', 'demo'];
-  const helps = await Promise.all(commands.map((command) => tidemark([command, '--help'])));
-  for (const [i, command] of commands.entries()) {
-    const help = helps[i]!;
-    assert.equal(help.code, 0);
-    assert.match(help.stdout, /A <duration> is a number and its unit: 500ms, 10s, 1\.5m, 2h, 7d\. A bare number \(other than 0\) is refused\./, command);
-  }
+  assert.equal(r.stderr, 'tidemark: --lease-ttl: "30" has no unit; write 30ms or 30s (units: ms, s, m, h, d)\n');
 });
 
 test('values echoed in messages are cut to 80 characters', async () => {
-  const url = await nowhere();
   const long = 'x'.repeat(20_000);
-  const cases: string[][] = [
-    ['tail', '--consumer', long, '--stream', 's'],
-    ['serve', '--owner', long],
-    ['serve', '--lease-ttl', long],
-    ['serve', '--roles', long],
-    ['tail', '--consumer', 'c', '--stream', 's', '--batch', long],
-    ['migrate', '--schema', long],
+  const messages = [
+    failure(() => parseDuration(long, '--lease-ttl')),
+    failure(() => positiveInt(long, '--batch')),
+    failure(() => configured(() => nameOption(long, 'consumer'))),
+    failure(() => configured(() => resolveWatermarkerOptions({ owner: long }))),
+    // Messages of other code (serve's --roles, the schema check) are cut by explain's net.
+    failure(() => {
+      throw new CliError(`--roles: unknown role ${JSON.stringify(long)}; expected some of watermarker, pruner`);
+    }),
   ];
-  const results = await Promise.all(cases.map((args) => tidemark([...args, '--database-url', url])));
-  for (const [i, args] of cases.entries()) {
-    const r = results[i]!;
-    const what = args.slice(0, 2).join(' ');
-    assert.equal(r.code, 2, `${what}: ${r.stderr.slice(0, 300)}`);
-    assert.equal(r.stderr.trim().split('\n').length, 1, what);
-    assert.ok(r.stderr.length < 300, `${what}: ${r.stderr.length} characters`);
-    assert.match(r.stderr, /"x{80}…"/, what);
+  for (const message of messages) {
+    assert.ok(message.length < 250, `${message.slice(0, 40)}: ${message.length} characters`);
+    assert.match(message, /"x{80}…"/);
+  }
+  const url = `postgres://postgres@127.0.0.1:${await freePort()}/app`;
+  const spawned = await Promise.all([
+    cli(['tail', '--consumer', long, '--stream', 's', '--database-url', url]),
+    cli(['migrate', '--schema', long, '--database-url', url]),
+  ]);
+  for (const r of spawned) {
+    assert.equal(r.code, 2, r.stderr.slice(0, 300));
+    assert.equal(r.stderr.trim().split('\n').length, 1);
+    assert.ok(r.stderr.length < 300, `${r.stderr.length} characters`);
+    assert.match(r.stderr, /"x{80}…"/);
   }
 });
-

@@ -1,23 +1,48 @@
-/** --version, and what every command's --help shows. */
+/**
+ * --version, and what every command's --help shows: read in-process from
+ * the command tree (src/cli/program.ts), and once from a real process.
+ */
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
-import { cli as tidemark } from '../support/cli.js';
+import type { Command } from 'commander';
+import { program } from '../../src/cli/program.js';
+import { cli } from '../support/cli.js';
+
+/** The help `tidemark <name> --help` prints, texts added before and after included. */
+function helpOf(name: string): string {
+  const command = program().commands.find((c) => c.name() === name) as Command;
+  let text = '';
+  command.configureOutput({ writeOut: (s) => (text += s) });
+  command.outputHelp();
+  return text;
+}
 
 test('--version prints the version of package.json', async () => {
   const { version } = JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  for (const r of await Promise.all(['--version', '-V'].map((flag) => tidemark([flag])))) {
+  assert.equal(program().version(), version);
+  for (const r of await Promise.all([cli(['--version']), cli(['-V'])])) {
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, `${version}\n`);
   }
 });
 
-test('every command\'s --help lists the global options', async () => {
-  const commands = ['migrate', 'serve', 'append', 'watermark', 'tail', 'prune', 'status', 'demo', 'bench'];
-  const helps = await Promise.all(commands.map((command) => tidemark([command, '--help'])));
-  for (const [i, command] of commands.entries()) {
-    const r = helps[i]!;
-    assert.equal(r.code, 0, r.stderr);
-    for (const flag of ['--database-url <url>', '--schema <name>', '--ephemeral', '--verbose']) assert.ok(r.stdout.includes(flag), `${command} --help shows ${flag}`);
+test("every command's --help lists the global options", async () => {
+  const names = program().commands.map((c) => c.name());
+  assert.deepEqual(names, ['migrate', 'serve', 'append', 'watermark', 'tail', 'prune', 'status', 'demo', 'bench']);
+  for (const name of names) {
+    const help = helpOf(name);
+    assert.match(help, /^Global Options:$/m, name);
+    for (const flag of ['--database-url <url>', '--schema <name>', '--ephemeral', '--verbose', '--version']) assert.ok(help.includes(flag), `${name} --help shows ${flag}`);
+  }
+  const r = await cli(['tail', '--help']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /Global Options:\n(.*\n)*\s+--database-url <url>/);
+});
+
+test('the help of every command with durations says a number needs its unit', () => {
+  for (const name of ['serve', 'tail', 'prune', 'demo']) {
+    assert.match(helpOf(name), /<duration>/, name);
+    assert.match(helpOf(name), /A <duration> is a number and its unit: 500ms, 10s, 1\.5m, 2h, 7d\. A bare number \(other than 0\) is refused\./, name);
   }
 });

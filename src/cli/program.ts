@@ -1,0 +1,189 @@
+/**
+ * The `tidemark` command tree: every command, its flags, help and examples,
+ * mapped to the functions in commands/. Built here and run by main.ts, so
+ * tests can read any command's help without starting a process.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, Option } from 'commander';
+import { appendCommand } from './commands/append.js';
+import { benchCommand } from './commands/bench.js';
+import { demoCommand } from './commands/demo.js';
+import { migrateCommand } from './commands/migrate.js';
+import { pruneCommand } from './commands/prune.js';
+import { serveCommand } from './commands/serve.js';
+import { statusCommand } from './commands/status.js';
+import { tailCommand } from './commands/tail.js';
+import { watermarkCommand } from './commands/watermark.js';
+import { checkGlobals, type GlobalOptions } from './context.js';
+import { CliError } from './cli-error.js';
+import type { ExplainContext } from './explain.js';
+import { checkFlags } from './flags.js';
+import { DEFAULT_SCHEMA } from '../db/queryable.js';
+import { REMOVED_WATERMARKER_OPTIONS } from '../watermark/options.js';
+
+/** Flags of the removed watermarker options: parsed only to be refused, with the reason they went away. */
+const REMOVED_FLAGS: [flags: string, option: string][] = [
+  ['--lock-timeout <duration>', 'lockTimeoutMs'],
+  ['--lock-timeout-max <duration>', 'lockTimeoutMaxMs'],
+  ['--fence-try-limit <n>', 'fenceTryLimit'],
+];
+
+function refuseRemovedFlags(command: Command): Command {
+  for (const [flags, option] of REMOVED_FLAGS) {
+    const name = flags.split(' ')[0]!;
+    command.addOption(
+      new Option(flags).hideHelp().argParser(() => {
+        throw new CliError(`${name} was removed: ${REMOVED_WATERMARKER_OPTIONS[option]}`);
+      }),
+    );
+  }
+  return command;
+}
+
+/** The package version, read at run time from package.json (two levels up from both src/cli/ and dist/cli/). */
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
+
+/** Help of commands with <duration> flags: a number needs its unit (parseDuration refuses a bare one). */
+export const DURATIONS = '\nA <duration> is a number and its unit: 500ms, 10s, 1.5m, 2h, 7d. A bare number (other than 0) is refused.\n';
+
+/**
+ * Builds the command tree. An action reports its exit code to `setExit`,
+ * and what it connects to (for one-line failure messages) to `setContext`.
+ */
+export function program(setExit: (code: number) => void = () => undefined, setContext: (context: ExplainContext) => void = () => undefined): Command {
+  const root = new Command('tidemark')
+    .description('Gap-free transactional outbox and change stream for PostgreSQL')
+    .version(packageVersion(), '-V, --version', 'print the version')
+    .addOption(new Option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL, else an embedded server under ./.tidemark/)'))
+    .option('--schema <name>', `tidemark schema (default: ${DEFAULT_SCHEMA}; demo: tidemark_demo)`)
+    .option('--ephemeral', 'with no database URL: a throwaway embedded server, deleted on exit')
+    .option('--verbose', 'on failure, print the stack trace after the one-line message')
+    // Subcommands inherit this: their --help lists the global options too.
+    .configureHelp({ showGlobalOptions: true })
+    .showHelpAfterError(false)
+    .exitOverride()
+    .configureOutput({ outputError: () => undefined });
+
+  // Commander's option names match each command's options type.
+  const action =
+    <T extends GlobalOptions>(run: (options: T) => Promise<number>, defaultSchema = DEFAULT_SCHEMA) =>
+    async (_opts: unknown, command: Command) => {
+      const options = command.optsWithGlobals() as T;
+      options.schema = (options.schema as string | undefined) ?? defaultSchema;
+      // Schema, URL and flags are checked before anything connects.
+      const { schema, url } = checkGlobals(options);
+      setContext({ schema, url });
+      checkFlags(options as unknown as Record<string, unknown>);
+      setExit(await run(options));
+    };
+  const examples = (lines: string[]) => `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+
+  root
+    .command('migrate')
+    .description('apply pending migrations and list them')
+    .option('--dry-run', 'list what would be applied; apply nothing')
+    .addHelpText('after', examples(['npx tidemark migrate', 'DATABASE_URL=postgres://localhost/app npx tidemark migrate --dry-run']))
+    .action(action(migrateCommand));
+
+  refuseRemovedFlags(root.command('serve'))
+    .description('run the daemon: the leased watermarker and/or the pruner, with /healthz and /metrics')
+    .option('--roles <list>', 'comma-separated: watermarker, pruner', 'watermarker,pruner')
+    .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
+    .option('--owner <name>', 'lease owner / heartbeat name (default: host:pid:random)')
+    .option('--lease-ttl <duration>', 'watermarker lease TTL', '10s')
+    .option('--lease-renew <duration>', 'lease renewal interval, below half the TTL (default: TTL/3)')
+    .option('--retention <duration>', 'pruner: delete events older than this', '7d')
+    .option('--prune-interval <duration>', 'pruner: pause between passes', '1m')
+    .option('--allow-short-retention', 'accept a retention below 1h')
+    .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464', 'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a']) + DURATIONS,
+    )
+    .action(action(serveCommand));
+
+  root
+    .command('append')
+    .description('append events: one from flags, or NDJSON from stdin; prints the seqs')
+    .option('--stream <stream>', 'stream name')
+    .option('--kind <kind>', 'event kind')
+    .option('--key <key>', 'entity key')
+    .option('--payload <json>', 'JSON object')
+    .option('--headers <json>', 'JSON object')
+    .option('--ndjson', 'read events ({"stream","kind","key","payload","headers"} per line) from stdin')
+    .option('--batch <n>', 'with --ndjson: events per transaction', '500')
+    .addHelpText(
+      'after',
+      examples([`npx tidemark append --stream orders --kind order.placed --key o-1 --payload '{"total":42}'`, 'cat events.ndjson | npx tidemark append --ndjson']),
+    )
+    .action(action(appendCommand));
+
+  refuseRemovedFlags(root.command('watermark'))
+    .description('run one watermark step')
+    .option('--once', 'one step, then release the lease')
+    .option('--json', 'print the progress as JSON')
+    .addHelpText('after', examples(['npx tidemark watermark --once --json']))
+    .action(action(watermarkCommand));
+
+  root
+    .command('tail')
+    .description('deliver a stream to stdout, advancing a durable cursor')
+    .requiredOption('--consumer <name>', 'consumer name (the cursor is per consumer and stream)')
+    .requiredOption('--stream <name>', 'stream to follow')
+    .option('--bootstrap', 'first move the cursor to the present (a fresh snapshot point)')
+    .option('--once', 'deliver what is visible now, then exit')
+    .option('--json', 'NDJSON output (default: tab-separated seq, kind, key, payload)')
+    .option('--limit <n>', 'stop after n events')
+    .option('--batch <n>', 'events per page', '500')
+    .option('--poll <duration>', 'poll interval when no notification arrives', '1s')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark tail --consumer audit --stream orders --json', 'npx tidemark tail --consumer audit --stream orders --once --limit 100']) +
+        DURATIONS +
+        '\nExit code 3: retention removed events the consumer had not read; rebuild, then rerun with --bootstrap.\n',
+    )
+    .action(action(tailCommand));
+
+  root
+    .command('prune')
+    .description('delete events older than the retention (only at or below safe_seq)')
+    .option('--once', 'one pass')
+    .option('--retention <duration>', 'delete events older than this', '7d')
+    .option('--allow-short-retention', 'accept a retention below 1h')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', examples(['npx tidemark prune --once --retention 3d']) + DURATIONS)
+    .action(action(pruneCommand));
+
+  root
+    .command('status')
+    .description('safe_seq, lag, lease, streams and consumers')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark status', 'npx tidemark status --json --schema tidemark_demo']))
+    .action(action(statusCommand));
+
+  root
+    .command('demo')
+    .description('live demo: watermarker, concurrent writers with real gaps, a consumer, and a verdict')
+    .option('--duration <duration>', 'how long writers write', '10s')
+    .option('--writers <n>', 'concurrent writers', '4')
+    .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']) + DURATIONS)
+    .action(action(demoCommand, 'tidemark_demo'));
+
+  root
+    .command('bench')
+    .description('benchmark and conformance run: tidemark against the alternatives, side by side on one server')
+    .option('--quick', 'smoke run, about a minute (figures not meaningful)')
+    .option('--only <scenarios>', 'comma-separated: gap-torture, stall, append-cost, writer-latency, e2e-latency, drain')
+    .option('--contenders <ids>', 'comma-separated: tidemark, emmett, message-db, pg-transactional-outbox, naive, xid-position, xid-compound, reference')
+    .option('--out <dir>', 'where the JSON and markdown results go', 'bench/results')
+    .option('--no-progress', 'no progress output on stderr')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark bench', 'npx tidemark bench --quick', 'npx tidemark bench --only gap-torture,drain --contenders tidemark,naive']),
+    )
+    .action(action(benchCommand));
+
+  return root;
+}
