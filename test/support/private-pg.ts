@@ -114,7 +114,17 @@ export async function startPrivatePg(options: PrivatePgOptions = {}): Promise<Pr
   const ctl = (...args: string[]) => run(pgCtl, [...args, '-D', dataDir], user);
   let running = false;
   let removed = false;
-  // A crashed test must not leave a postmaster behind.
+  // A test process that ends without stop() must not leave a postmaster
+  // behind (pg_ctl detaches it): on exit, stop it at once; and if the
+  // process is killed (no exit handler runs), a watchdog running as the
+  // server's user stops it and removes its directory once this process is
+  // gone. It polls /proc, which needs no permission on another user's process.
+  const watchdog = spawn(
+    '/bin/sh',
+    ['-c', 'while kill -0 "$1" 2>/dev/null || [ -d "/proc/$1" ]; do sleep 1; done; "$2" stop -D "$3" -m immediate >/dev/null 2>&1; rm -rf "$3"', 'tidemark-private-pg-watchdog', String(process.pid), pgCtl, dataDir],
+    { ...user, detached: true, stdio: 'ignore' },
+  );
+  watchdog.unref();
   const onExit = () => {
     if (!running) return;
     try {
@@ -163,6 +173,7 @@ export async function startPrivatePg(options: PrivatePgOptions = {}): Promise<Pr
       removed = true;
       if (running) await stopServer('fast').catch(() => stopServer('immediate'));
       process.off('exit', onExit);
+      watchdog.kill();
       await rm(dataDir, { recursive: true, force: true });
     },
   };
