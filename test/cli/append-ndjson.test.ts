@@ -117,3 +117,15 @@ test('SIGINT between batches: nothing half-read is written and stderr records th
   assert.equal(stdout, seqList(1, 2));
   assert.equal(await eventCount(db), 2);
 });
+
+test('a closed stdout stops the input after the batch whose seqs it could not take, and stderr records that batch as committed', async (t) => {
+  const db = await testDb(t);
+  const child = startCli(['append', '--ndjson', '--batch', '2'], { env: { DATABASE_URL: db.url } });
+  db.defer(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  child.stdout!.destroy(); // the reader of the seqs is gone
+  child.stdin!.end(`${event('a')}\n${event('b')}\n${event('c')}\n`);
+  assert.equal(await exited(child), 1);
+  assert.match(stderr.text(), /^tidemark: committed lines 1-2 as seqs 1-2; stdout failed, so not every seq was printed; nothing after line 2 was written\n/);
+  assert.equal(await eventCount(db), 2);
+});

@@ -30,14 +30,17 @@ function refusal(err: unknown): string | undefined {
   const state = sqlState(err);
   if (state === undefined || !(state.startsWith('22') || state.startsWith('23'))) return undefined;
   const column = (err as { column?: string }).column;
-  return `${column ? `${column}: ` : ''}PostgreSQL refused it: ${(err as Error).message} (SQLSTATE ${state})`;
+  const message = (err as Error).message;
+  const cut = message.length > 200 ? `${message.slice(0, 200)}…` : message; // a message may quote the value
+  return `${column ? `${column}: ` : ''}PostgreSQL refused it: ${cut} (SQLSTATE ${state})`;
 }
 
 /** Inserts rows in a transaction of their own; says whether a failure hit the COMMIT (outcome unknown). */
 async function commitRows(pool: pg.Pool, schema: string, rows: EventRow[]): Promise<bigint[]> {
-  const client = await pool.connect();
+  let client: pg.PoolClient | undefined;
   let committing = false;
   try {
+    client = await pool.connect();
     await client.query('BEGIN');
     const seqs = await insertRows(client, schema, rows);
     committing = true;
@@ -45,8 +48,8 @@ async function commitRows(pool: pg.Pool, schema: string, rows: EventRow[]): Prom
     client.release();
     return seqs;
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    client.release(true);
+    await client?.query('ROLLBACK').catch(() => undefined);
+    client?.release(true);
     throw Object.assign(new Error('batch failed', { cause: err }), { committing });
   }
 }
@@ -154,6 +157,10 @@ export async function appendCommand(options: AppendCommandOptions): Promise<numb
   }
 
   const db = await openDatabase(options);
+  // A closed stdout fails the write of the seqs (reported with what was
+  // committed), not the process: without a listener, its 'error' would crash.
+  const ignore = () => undefined;
+  process.stdout.on('error', ignore);
   try {
     if (single) {
       try {
@@ -168,6 +175,7 @@ export async function appendCommand(options: AppendCommandOptions): Promise<numb
     }
     return await appendNdjson(db.pool, options.schema, batchSize);
   } finally {
+    process.stdout.off('error', ignore);
     await db.close();
   }
 }
@@ -215,7 +223,7 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
       }
       const outcome = committing
         ? `lines ${writing.first}-${writing.last} may or may not have been committed (the failure hit COMMIT)`
-        : `lines ${writing.first}-${writing.last} were rolled back`;
+        : `lines ${writing.first}-${writing.last} were not committed`;
       console.error(`tidemark: ${committed.record(outcome)}`);
       throw cause;
     }
