@@ -173,6 +173,8 @@ export const SQLSTATE = {
   serializationFailure: '40001',
   deadlockDetected: '40P01',
   tooManyConnections: '53300',
+  idleInTransactionTimeout: '25P03',
+  idleSessionTimeout: '57P05',
   uniqueViolation: '23505',
 } as const;
 
@@ -185,6 +187,8 @@ const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
   SQLSTATE.adminShutdown,
   SQLSTATE.crashShutdown,
   SQLSTATE.cannotConnectNow,
+  SQLSTATE.idleInTransactionTimeout,
+  SQLSTATE.idleSessionTimeout,
 ]);
 
 /** Socket-level failures from Node: the server or network went away; retrying may reconnect. */

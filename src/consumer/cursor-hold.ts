@@ -11,7 +11,13 @@ const RELEASE_SQL =
   'SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; RESET ROLE; RESET SESSION AUTHORIZATION; DISCARD TEMP';
 
 /** SQLSTATEs with which the server ends the session. */
-const SESSION_ENDING: ReadonlySet<string> = new Set([SQLSTATE.adminShutdown, SQLSTATE.crashShutdown, SQLSTATE.cannotConnectNow]);
+const SESSION_ENDING: ReadonlySet<string> = new Set([
+  SQLSTATE.adminShutdown,
+  SQLSTATE.crashShutdown,
+  SQLSTATE.cannotConnectNow,
+  SQLSTATE.idleInTransactionTimeout,
+  SQLSTATE.idleSessionTimeout,
+]);
 
 /**
  * A handle on a held connection's transaction that refuses to run anything
@@ -114,7 +120,8 @@ export class CursorHold {
   translate(err: unknown): unknown {
     if (err instanceof TidemarkError) return err;
     const state = sqlState(err);
-    if (state === undefined || state.startsWith('08') || SESSION_ENDING.has(state)) {
+    const fatal = typeof err === 'object' && err !== null && ['FATAL', 'PANIC'].includes((err as { severity?: unknown }).severity as string);
+    if (state === undefined || state.startsWith('08') || SESSION_ENDING.has(state) || fatal) {
       // No SQLSTATE: the driver lost the connection. 08xxx / 57P0x: the
       // server ended the session. Either way the connection is gone.
       this.markBroken(err);

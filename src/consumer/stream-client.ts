@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ClosedError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
+import { ClosedError, ConnectionLostError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
 import { nameOption } from '../options.js';
@@ -148,6 +148,8 @@ export class StreamClient {
             }
           });
         } catch (err) {
+          // A connection lost on the way to the cursor may have left a session holding it.
+          if (err instanceof ConnectionLostError) held = true;
           if (!o.retry || signal.aborted || !(err instanceof CursorContentionError ? held : isRetryable(err))) throw err;
           attempt += 1;
           const ceiling = Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(attempt - 1, 30));

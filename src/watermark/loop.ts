@@ -8,6 +8,9 @@ import type { RunEndReason, WatermarkRunSummary } from './progress.js';
 /** The application_name of the loop's connection, so operators can find it in pg_stat_activity. */
 export const LOOP_APPLICATION_NAME = 'tidemark-watermarker';
 
+/** lock_timeout of the loop's session: the longest a run waits for a row lock (the lease renewal's). */
+const LOOP_LOCK_TIMEOUT_MS = 5000;
+
 interface RunRow {
   reason: RunEndReason;
   steps: string;
@@ -78,7 +81,8 @@ export class LoopConnection {
       const clock = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
         client.query<{ now: Date }>('SELECT pg_catalog.statement_timestamp() AS now'),
       );
-      const result = await withDeadline(client, o.summaryIntervalMs + o.responseTimeoutMs, 'the watermark loop', () =>
+      // A run may also wait up to the session's lock_timeout (5 s) for the watermark row (an operator's lock).
+      const result = await withDeadline(client, o.summaryIntervalMs + LOOP_LOCK_TIMEOUT_MS + o.responseTimeoutMs, 'the watermark loop', () =>
         client.query<RunRow>(this.call(client)),
       );
       const row = result.rows[0]!;
@@ -108,7 +112,7 @@ export class LoopConnection {
       await withDeadline(client, this.options.responseTimeoutMs, 'the watermark loop', () =>
         client.query(
           `SET application_name = '${LOOP_APPLICATION_NAME}'; SET default_transaction_isolation = 'read committed'; ` +
-            `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = 5000; ` +
+            `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = ${LOOP_LOCK_TIMEOUT_MS}; ` +
             `SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false) ` +
             `WHERE pg_catalog.current_setting('server_version_num')::int >= 140000`,
         ),

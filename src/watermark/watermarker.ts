@@ -142,6 +142,8 @@ export class Watermarker {
         try {
           const summary = await loop.runOnce(signal);
           retryMs = o.retryMinMs;
+          // close() released the lease while this summary was on its way: it no longer holds.
+          if (this.closed) Object.assign(summary, { leader: false, leaderUntil: null });
           this.leader = summary.leader;
           this.leaderUntil = summary.leaderUntil;
           this.emit({ type: 'run', summary });
@@ -220,7 +222,7 @@ export class Watermarker {
   }
 
   private fromRow(row: StepRow & { sentAt: number }): WatermarkProgress {
-    this.leader = row.outcome !== 'not_leader';
+    this.leader = row.outcome !== 'not_leader' && !this.closed;
     this.leaderUntil = leaderUntil(this.leader, row.lease_expires_at, row.received_at, row.sentAt);
     return {
       outcome: row.outcome,

@@ -104,16 +104,20 @@ test('a tail whose server stops answering (half-open) notices within lockTimeout
 
   // SIGSTOP the backend: its socket stays open, it just never answers.
   const pid = await tailBackend(db);
+  // A stopped backend blocks DROP DATABASE on the whole server: always resume it.
+  const resume = () => process.kill(pid, 'SIGCONT');
+  process.once('exit', resume);
   process.kill(pid, 'SIGSTOP');
-  let stopped = true;
-  db.defer(() => stopped && process.kill(pid, 'SIGCONT'));
-  const lost = await events.next((e) => e.type === 'retry');
-  assert.ok(lost.type === 'retry' && lost.error instanceof ConnectionLostError, String(lost.type === 'retry' && lost.error));
-  assert.match(String((lost.error as Error).cause), /no answer from the server within 400 ms/);
-  // The stopped backend still holds the cursor lock: the tail retries the contention.
-  await events.next((e) => e.type === 'retry' && e.error instanceof CursorContentionError);
-  process.kill(pid, 'SIGCONT');
-  stopped = false;
+  try {
+    const lost = await events.next((e) => e.type === 'retry', 0, 10_000);
+    assert.ok(lost.type === 'retry' && lost.error instanceof ConnectionLostError, String(lost.type === 'retry' && lost.error));
+    assert.match(String((lost.error as Error).cause), /no answer from the server within 400 ms/);
+    // The stopped backend still holds the cursor lock: the tail retries the contention.
+    await events.next((e) => e.type === 'retry' && e.error instanceof CursorContentionError, 0, 10_000);
+  } finally {
+    resume();
+    process.off('exit', resume);
+  }
   // Resumed, the old backend finds its client gone and ends, freeing the cursor.
   await publish(db, 2, watermarker);
   await waitFor('4 events delivered', async () => delivered.length === 4);

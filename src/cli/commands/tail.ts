@@ -83,7 +83,10 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     // A page's lines are written together once its handlers ran, and the
     // page commits only after stdout accepted them all (beforeCommit).
     const handler = (event: StreamEvent) => {
-      out.push(`${render(event, options.json ?? false)}\n`);
+      // A page whose lines stdout accepted but whose COMMIT was lost is
+      // delivered again after the retry: its lines are out already.
+      if (out.acceptedThrough !== undefined && event.seq <= out.acceptedThrough) return;
+      out.push(`${render(event, options.json ?? false)}\n`, event.seq);
       delivered += 1;
       if (limit !== undefined && delivered >= limit) stop.abort(new Error('limit reached'));
     };
@@ -135,6 +138,10 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
  */
 class PageOutput {
   private lines: string[] = [];
+  /** Seq of the last line pushed (of the page being collected). */
+  private last: bigint | undefined;
+  /** Seq of the last line stdout accepted. */
+  acceptedThrough: bigint | undefined;
   private error: Error | undefined;
   private readonly onError = (err: Error) => void (this.error ??= err);
 
@@ -142,8 +149,11 @@ class PageOutput {
     stream.on('error', this.onError); // reported through the write callback; unhandled it would crash
   }
 
-  push(line: string): void {
+  /** Adds a line of the page being collected; a seq at or below the last one means the page is being delivered again (it failed before its flush): start it over. */
+  push(line: string, seq: bigint): void {
+    if (this.last !== undefined && seq <= this.last) this.lines = [];
     this.lines.push(line);
+    this.last = seq;
   }
 
   /** Writes the page's lines; resolves once the stream accepted them, rejects with its error. */
@@ -155,6 +165,7 @@ class PageOutput {
       this.stream.write(text, (err) => {
         if (err || this.error) return reject((this.error ??= err ?? undefined));
         this.lines = [];
+        this.acceptedThrough = this.last;
         resolve();
       });
     });
