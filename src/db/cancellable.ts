@@ -17,6 +17,11 @@ export async function cancellableQuery(
 ): Promise<pg.QueryResult> {
   signal?.throwIfAborted();
   const client = await pool.connect();
+  // A checked-out client has no error listener of the pool's: without one, a
+  // connection that dies under the query (a server restart) would crash the
+  // process. The query's own rejection carries the failure.
+  const ignore = () => undefined;
+  client.on('error', ignore);
   let cancelling: Promise<void> | undefined;
   const onAbort = () => {
     cancelling = cancelBackend(pool, (client as unknown as { processID: number }).processID);
@@ -32,6 +37,7 @@ export async function cancellableQuery(
   } finally {
     signal?.removeEventListener('abort', onAbort);
     if (cancelling) await cancelling;
+    client.off('error', ignore);
     client.release(broken);
   }
 }

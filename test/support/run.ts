@@ -70,7 +70,7 @@ async function main(): Promise<number> {
 
   try {
     const concurrency = process.env.TIDEMARK_TEST_CONCURRENCY ?? '4';
-    const timeout = process.env.TIDEMARK_TEST_TIMEOUT_MS ?? '180000';
+    const timeout = process.env.TIDEMARK_TEST_TIMEOUT_MS ?? '300000';
     const code = await new Promise<number>((resolve) => {
       const child = spawn(
         process.execPath,
