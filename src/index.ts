@@ -5,6 +5,7 @@
 export { migrate, loadMigrations } from './schema/migrate.js';
 export type { MigrateOptions, MigrateResult, Migration } from './schema/migrate.js';
 export { append, appendMany, DEFAULT_MAX_EVENT_BYTES } from './outbox/append.js';
+export { EVENT_LIMITS } from './outbox/limits.js';
 export type { AppendOptions, NewEvent, JsonObject } from './outbox/append.js';
 export { Watermarker } from './watermark/watermarker.js';
 export type { StepOptions } from './watermark/watermarker.js';

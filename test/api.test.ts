@@ -11,6 +11,7 @@ test('the public exports change only on purpose', () => {
     'DEFAULT_MAX_EVENT_BYTES',
     'DEFAULT_RETENTION_MS',
     'DEFAULT_SCHEMA',
+    'EVENT_LIMITS',
     'FenceBusyError',
     'HandlerError',
     'InvalidEventError',
