@@ -13,7 +13,8 @@ export type TidemarkErrorCode =
   | 'CURSOR_CONTENTION'
   | 'HANDLER_FAILED'
   | 'FENCE_BUSY'
-  | 'CONNECTION_LOST';
+  | 'CONNECTION_LOST'
+  | 'SINK_FAILED';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -49,6 +50,31 @@ export class InvalidEventError extends TidemarkError {
     super('INVALID_EVENT', `event[${index}].${field}: ${message}`);
     this.index = index;
     this.field = field;
+  }
+}
+
+/**
+ * A relay's sink (a message broker) failed. `retryable` says whether trying
+ * again can help: a broker that is down, a dropped connection or a missing
+ * acknowledgement are retryable; a destination that does not exist or is
+ * misconfigured, or a message the broker can never take (over its size
+ * limit, unroutable) are not, and stop the relay. `seq` names the event,
+ * when one event is the cause. Nothing past the last acknowledged event was
+ * committed to the relay's cursor.
+ */
+export class SinkError extends TidemarkError {
+  /** The sink: `nats` or `rabbitmq`. */
+  readonly sink: string;
+  /** Whether retrying (after a back-off) can succeed. */
+  readonly retryable: boolean;
+  /** The event the failure is about, when it is one event's. */
+  readonly seq: bigint | undefined;
+
+  constructor(sink: string, message: string, options: { retryable: boolean; seq?: bigint; cause?: unknown }) {
+    super('SINK_FAILED', `${sink}: ${message}`, { cause: options.cause });
+    this.sink = sink;
+    this.retryable = options.retryable;
+    this.seq = options.seq;
   }
 }
 
@@ -225,6 +251,7 @@ export function isRetryable(err: unknown): boolean {
     // serialization failure, deadlock or lock timeout they hit is a
     // property of that transaction, not of the handler's logic.
     if (err.code === 'HANDLER_FAILED') return sqlState(err.cause) !== undefined && isRetryable(err.cause);
+    if (err instanceof SinkError) return err.retryable;
     return err.code === 'CURSOR_CONTENTION' || err.code === 'FENCE_BUSY' || err.code === 'CONNECTION_LOST';
   }
   if (err instanceof AggregateError) return err.errors.some(isRetryable); // happy-eyeballs connect

@@ -24,6 +24,11 @@ export type { TailOptions, DrainOptions, DrainResult, PageInfo } from './consume
 export type { StreamClientOptions, ResolvedStreamClientOptions } from './consumer/options.js';
 export type { BootstrapSnapshot } from './consumer/bootstrap.js';
 export type { StreamEvent, Transaction, Handler, HandlerContext, WakeReason, ConsumerEvent } from './consumer/events.js';
+export { Relay } from './relay/relay.js';
+export type { RelayLag } from './relay/relay.js';
+export type { RelayOptions, ResolvedRelayOptions } from './relay/options.js';
+export type { RelayEvent } from './relay/events.js';
+export type { Sink, SinkTarget, RelayMessage } from './relay/sink.js';
 export { Pruner } from './retention/pruner.js';
 export type { PruneResult } from './retention/pruner.js';
 export { DEFAULT_RETENTION_MS, MIN_RETENTION_MS } from './retention/options.js';
@@ -47,6 +52,7 @@ export {
   HandlerError,
   FenceBusyError,
   ConnectionLostError,
+  SinkError,
   isRetryable,
 } from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

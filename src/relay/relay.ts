@@ -1,0 +1,257 @@
+import type pg from 'pg';
+import { ClosedError, HandlerError, InvalidOptionsError, SinkError, isRetryable } from '../errors.js';
+import { sleep } from '../db/acquire.js';
+import { quoteIdent } from '../db/queryable.js';
+import { StreamClient } from '../consumer/stream-client.js';
+import type { StreamEvent } from '../consumer/events.js';
+import { notifyObserver } from '../observability/callbacks.js';
+import type { RelayEvent } from './events.js';
+import { resolveRelayOptions, SESSION_DEATH_DETECTION_MS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
+import type { RelayMessage, Sink } from './sink.js';
+
+/** How far a relayed stream is behind, read from the database. */
+export interface RelayLag {
+  stream: string;
+  /** The relay's committed cursor on this stream. */
+  cursor: bigint;
+  /** Events of the stream at or below safe_seq not yet relayed. */
+  events: number;
+  /** Age of the oldest of them (its `occurred_at`), by the database clock; 0 when none. */
+  seconds: number;
+}
+
+/** What the relay knows of one stream between a page's acknowledgements and its commit. */
+interface StreamState {
+  /** Retryable failures since the last page that committed. */
+  attempt: number;
+  /** The current page's publish, once acknowledged. */
+  acked: { count: number; ms: number; last: StreamEvent } | undefined;
+}
+
+/**
+ * Forwards streams to a message broker: every event, in seq order per
+ * stream, with a durable cursor per (consumer, stream).
+ *
+ * Each stream is followed by a `StreamClient` tailer. A page's events are
+ * handed to the sink as one batch, sent pipelined, and the page's cursor
+ * advance commits only after the broker acknowledged every one of them
+ * (`beforeCommit`): the cursor never passes an event the broker has not
+ * taken. A failure rolls the page back whole; after a back-off the relay
+ * publishes again from the committed cursor. So an event is published at
+ * least once, and a broker that recognises ids (JetStream's `Nats-Msg-Id`
+ * within its duplicate window) stores it exactly once.
+ *
+ * A second relay of the same consumer waits as a standby: it finds the
+ * cursor held and retries until the first one stops.
+ *
+ * @example
+ * const relay = new Relay(pool, new NatsSink({ url: 'nats://127.0.0.1:4222' }), { consumer: 'relay', streams: ['orders'] });
+ * await relay.open();
+ * await relay.run(signal); // until signal aborts
+ */
+export class Relay {
+  /** The validated, frozen options in force. */
+  readonly options: ResolvedRelayOptions;
+  /** Where events go. */
+  readonly sink: Sink;
+  /**
+   * The longest time, in milliseconds, between publishing an event and
+   * publishing it again: after a failure in this process (the sink's
+   * acknowledgement timeout, the back-off, taking the cursor again), or
+   * after a crash (`restartWithinMs`, plus the time the server takes to end
+   * a vanished session and free the cursor). A broker's duplicate window
+   * must be longer for publishing to be exactly once.
+   */
+  readonly republishWithinMs: number;
+  private readonly pool: pg.Pool;
+  private readonly client: StreamClient;
+  private readonly hard = new AbortController();
+  private readonly streams = new Map<string, StreamState>();
+  private opened: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(pool: pg.Pool, sink: Sink, options: RelayOptions) {
+    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') throw new InvalidOptionsError('pool', 'expected a pg Pool');
+    if (!sink || typeof sink.publish !== 'function' || typeof sink.open !== 'function') throw new InvalidOptionsError('sink', 'expected a Sink');
+    this.pool = pool;
+    this.sink = sink;
+    this.options = resolveRelayOptions(options);
+    const o = this.options;
+    this.republishWithinMs =
+      o.restartWithinMs + SESSION_DEATH_DETECTION_MS + o.lockTimeoutMs + 2 * o.responseTimeoutMs + o.retryMaxMs + (sink.ackTimeoutMs ?? 0);
+    this.client = new StreamClient(pool, {
+      schema: o.schema,
+      batchSize: o.batchSize,
+      pollIntervalMs: o.pollIntervalMs,
+      listen: o.listen,
+      lockTimeoutMs: o.lockTimeoutMs,
+      responseTimeoutMs: o.responseTimeoutMs,
+      retryMinMs: o.retryMinMs,
+      retryMaxMs: o.retryMaxMs,
+      onError: o.onError,
+      observer: (event) => {
+        if (event.type === 'retry') {
+          this.emit({ type: 'retry', stream: event.stream, source: 'database', error: event.error, attempt: event.attempt, delayMs: event.delayMs });
+        } else if (event.type === 'page' && event.consumer === this.options.consumer) {
+          this.onPage(event.stream, event.cursor, event.safeSeq, event.delivered);
+        }
+      },
+    });
+  }
+
+  /**
+   * Connects the sink and checks its destination. Rejects with the sink's
+   * `SinkError` (retryable when the broker cannot be reached now). `run`
+   * opens the sink itself when this was not called; call it first to fail
+   * fast on a broker that is missing or misconfigured.
+   */
+  async open(signal?: AbortSignal): Promise<void> {
+    if (this.closed) throw new ClosedError('Relay');
+    this.opened ??= this.sink
+      .open({ schema: this.options.schema, streams: this.options.streams, republishWithinMs: this.republishWithinMs }, signal ?? this.hard.signal)
+      .then(
+        () => this.emit({ type: 'open', sink: this.sink.name, description: this.sink.description }),
+        (err: unknown) => {
+          this.opened = undefined;
+          throw err;
+        },
+      );
+    return this.opened;
+  }
+
+  /**
+   * Relays every stream until `signal` aborts, then finishes the page in
+   * flight (its acknowledgements and its cursor commit) and resolves.
+   * Retryable failures of the broker or the database back off and go on
+   * from the committed cursor, including a sink that cannot be opened yet.
+   * Rejects with the first error that is not retryable (a misconfigured
+   * destination, a message the broker can never take, `ResyncRequiredError`
+   * when retention removed events before they were relayed), after the
+   * other streams finished their pages in flight.
+   */
+  async run(signal?: AbortSignal): Promise<void> {
+    if (this.closed) throw new ClosedError('Relay');
+    const stop = new AbortController();
+    const forward = () => stop.abort(signal!.reason);
+    signal?.addEventListener('abort', forward, { once: true });
+    if (signal?.aborted) return;
+    const hardStop = () => stop.abort(this.hard.signal.reason);
+    this.hard.signal.addEventListener('abort', hardStop, { once: true });
+    try {
+      if (!(await this.retrying({ attempt: 0 }, '', 'sink', stop.signal, () => this.open(stop.signal)))) return;
+      let failure: { error: unknown } | undefined;
+      await Promise.all(
+        this.options.streams.map((stream) =>
+          this.relayStream(stream, stop.signal).catch((err: unknown) => {
+            failure ??= { error: err };
+            stop.abort(err);
+          }),
+        ),
+      );
+      if (failure) throw failure.error;
+      if (this.hard.signal.aborted) throw new ClosedError('Relay');
+    } finally {
+      signal?.removeEventListener('abort', forward);
+      this.hard.signal.removeEventListener('abort', hardStop);
+    }
+  }
+
+  /** How far each stream is behind, read from the database (for metrics and health). */
+  async lag(): Promise<RelayLag[]> {
+    const s = quoteIdent(this.options.schema);
+    const r = await this.pool.query<{ stream: string; cursor: string; events: string; seconds: number | null }>(
+      `SELECT st.stream, coalesce(c.seq, 0) AS cursor,
+              (SELECT count(*) FROM ${s}.events e WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq) AS events,
+              (SELECT extract(epoch FROM now() - e.occurred_at)::float8 FROM ${s}.events e
+                WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1) AS seconds
+         FROM unnest($2::text[]) AS st(stream) CROSS JOIN ${s}.watermark w
+         LEFT JOIN ${s}.cursors c ON c.consumer = $1 AND c.stream = st.stream`,
+      [this.options.consumer, this.options.streams],
+    );
+    return r.rows.map((row) => ({ stream: row.stream, cursor: BigInt(row.cursor), events: Number(row.events), seconds: Math.max(0, row.seconds ?? 0) }));
+  }
+
+  /** Stops at once: publishes in flight are abandoned (their pages roll back), then the sink closes. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.hard.abort(new ClosedError('Relay'));
+    await this.client.close();
+    await this.sink.close();
+  }
+
+  /** Follows one stream until `signal` aborts (resolves) or a non-retryable error (rejects). */
+  private async relayStream(stream: string, signal: AbortSignal): Promise<void> {
+    const { consumer, schema } = this.options;
+    const state: StreamState = { attempt: 0, acked: undefined };
+    this.streams.set(stream, state);
+    let batch: RelayMessage[] = [];
+    const handler = (event: StreamEvent) => {
+      // A page that failed before its publish left its events here; its retry starts over.
+      if (batch.length > 0 && event.seq <= batch[batch.length - 1]!.event.seq) batch = [];
+      batch.push({ id: `${schema}:${event.seq}`, schema, event });
+    };
+    // Runs after the page's last event, before its cursor advance and COMMIT:
+    // the cursor commits only once the broker has acknowledged every event.
+    const beforeCommit = async () => {
+      const messages = batch;
+      batch = [];
+      state.acked = undefined;
+      const started = performance.now();
+      try {
+        await this.sink.publish(messages, this.hard.signal);
+      } catch (err) {
+        this.emit({ type: 'failed', stream, count: messages.length, error: err });
+        throw err;
+      }
+      state.acked = { count: messages.length, ms: performance.now() - started, last: messages[messages.length - 1]!.event };
+    };
+    await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit }));
+  }
+
+  /** The stream client's page event: a page committed, so its acknowledged events are relayed for good. */
+  private onPage(stream: string, cursor: bigint, safeSeq: bigint, delivered: number): void {
+    const state = this.streams.get(stream);
+    if (!state) return;
+    state.attempt = 0;
+    const acked = state.acked;
+    state.acked = undefined;
+    if (delivered === 0 || !acked || acked.last.seq !== cursor) return;
+    this.emit({ type: 'published', stream, count: acked.count, cursor, safeSeq, ackMs: acked.ms, lastOccurredAt: acked.last.occurredAt });
+  }
+
+  /**
+   * Runs `body` until it resolves or `signal` aborts, backing off after each
+   * retryable failure (`state.attempt` counts them; a committed page resets
+   * it). Returns false when `signal` aborted, true when `body` resolved;
+   * rethrows the first non-retryable error (a `HandlerError` over a sink's
+   * error is unwrapped to that error).
+   */
+  private async retrying(state: { attempt: number }, stream: string, source: 'sink' | 'database', signal: AbortSignal, body: () => Promise<unknown>): Promise<boolean> {
+    const o = this.options;
+    for (;;) {
+      if (signal.aborted) return false;
+      try {
+        await body();
+        return true;
+      } catch (err) {
+        if (signal.aborted) return false;
+        const cause = err instanceof HandlerError && err.cause instanceof SinkError ? err.cause : err;
+        if (!isRetryable(cause)) throw cause;
+        state.attempt += 1;
+        const ceiling = Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(state.attempt - 1, 30));
+        const delayMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+        this.emit({ type: 'retry', stream, source: cause instanceof SinkError ? 'sink' : source, error: cause, attempt: state.attempt, delayMs });
+        try {
+          await sleep(delayMs, signal);
+        } catch {
+          return false;
+        }
+      }
+    }
+  }
+
+  private emit(event: RelayEvent): void {
+    notifyObserver(this.options.observer, event, this.options.onError);
+  }
+}

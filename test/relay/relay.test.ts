@@ -1,0 +1,173 @@
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { Pruner, Relay, ResyncRequiredError, SinkError, Watermarker, type RelayEvent } from '../../src/index.js';
+import { closeAdmin, insertEvent, testDb, waitFor, type TestDb } from '../support/db.js';
+import { latch, Recorder } from '../support/latch.js';
+import { brokerDown, MemorySink, poisoned } from '../support/memory-sink.js';
+
+after(closeAdmin);
+
+const FAST = { listen: false, pollIntervalMs: 20, retryMinMs: 5, retryMaxMs: 20 } as const;
+
+/** Writes `streams` in turn, one event each, and publishes them; returns the seqs per stream. */
+async function write(db: TestDb, streams: string[]): Promise<Map<string, bigint[]>> {
+  const writer = await db.session('writer');
+  const seqs = new Map<string, bigint[]>();
+  for (const stream of streams) {
+    const seq = await insertEvent(writer, stream);
+    seqs.set(stream, [...(seqs.get(stream) ?? []), seq]);
+  }
+  await writer.client.end();
+  assert.equal((await new Watermarker(db.pool(), { owner: 'test' }).step()).outcome, 'advanced');
+  return seqs;
+}
+
+async function cursor(db: TestDb, consumer: string, stream: string): Promise<bigint> {
+  const r = await db.observer.query<{ seq: string }>('SELECT seq FROM tidemark.cursors WHERE consumer = $1 AND stream = $2', [consumer, stream]);
+  return BigInt(r.rows[0]?.seq ?? '0');
+}
+
+test('relays each stream in seq order, every event once, and commits each cursor at its last acknowledged event', async (t) => {
+  const db = await testDb(t);
+  const streams = Array.from({ length: 25 }, (_, i) => (i % 3 === 0 ? 'a' : 'b'));
+  const written = await write(db, streams);
+  const sink = new MemorySink();
+  const relay = new Relay(db.pool(), sink, { ...FAST, consumer: 'relay', streams: ['a', 'b'], batchSize: 4 });
+  const stop = new AbortController();
+  const running = relay.run(stop.signal);
+  await waitFor('every event acknowledged', async () => sink.acked.length === 25);
+  stop.abort();
+  await running;
+  await relay.close();
+
+  assert.deepEqual(sink.target, { schema: 'tidemark', streams: ['a', 'b'], republishWithinMs: relay.republishWithinMs });
+  for (const stream of ['a', 'b']) {
+    const got = sink.acked.filter((m) => m.event.stream === stream);
+    assert.deepEqual(got.map((m) => m.event.seq), written.get(stream), `stream ${stream}: in seq order, each once`);
+    assert.deepEqual(got.map((m) => m.id), written.get(stream)!.map((seq) => `tidemark:${seq}`));
+    assert.ok(sink.calls.every((call) => call.length <= 4), 'a publish is one page');
+    assert.equal(await cursor(db, 'relay', stream), written.get(stream)!.at(-1));
+  }
+  assert.ok(sink.closed, 'close() closes the sink');
+});
+
+test('the cursor never passes an event the broker has not acknowledged; a failed publish is sent again from the cursor', async (t) => {
+  const db = await testDb(t);
+  const written = (await write(db, ['s', 's', 's', 's', 's'])).get('s')!;
+  const sink = new MemorySink();
+  const gate = latch();
+  sink.gate = gate.promise;
+  const started = latch<readonly unknown[]>();
+  sink.onPublish = (messages) => started.open(messages);
+  sink.failures.push(brokerDown());
+  const events = new Recorder<RelayEvent>();
+  const relay = new Relay(db.pool(), sink, { ...FAST, consumer: 'relay', streams: ['s'], observer: events.push });
+  db.defer(() => relay.close());
+  const stop = new AbortController();
+  const running = relay.run(stop.signal);
+
+  const retry = await events.next((e) => e.type === 'retry');
+  assert.equal(retry.type === 'retry' && retry.source, 'sink');
+  assert.ok(retry.type === 'retry' && retry.error instanceof SinkError && retry.error.retryable);
+  assert.equal(await cursor(db, 'relay', 's'), 0n, 'a failed publish commits nothing');
+
+  await started.promise;
+  await waitFor('the second publish to wait for its acknowledgements', async () => sink.calls.length === 2);
+  assert.equal(await cursor(db, 'relay', 's'), 0n, 'no commit while acknowledgements are outstanding');
+  assert.deepEqual(sink.calls[1]!.map((m) => m.event.seq), sink.calls[0]!.map((m) => m.event.seq), 'the same events, from the cursor');
+  gate.open();
+  const published = await events.next((e) => e.type === 'published');
+  assert.equal(published.type === 'published' && published.cursor, written.at(-1));
+  assert.equal(await cursor(db, 'relay', 's'), written.at(-1));
+  assert.deepEqual(sink.acked.map((m) => m.event.seq), written);
+  stop.abort();
+  await running;
+});
+
+test('a message the broker can never take stops the relay with an error naming its seq; the cursor stays before it', async (t) => {
+  const db = await testDb(t);
+  const written = (await write(db, ['s', 's', 's'])).get('s')!;
+  const sink = new MemorySink();
+  sink.failures.push(poisoned(written[0]!));
+  const relay = new Relay(db.pool(), sink, { ...FAST, consumer: 'relay', streams: ['s'] });
+  db.defer(() => relay.close());
+  await assert.rejects(relay.run(), (err: unknown) => err instanceof SinkError && !err.retryable && err.seq === written[0]);
+  assert.equal(await cursor(db, 'relay', 's'), 0n);
+  assert.equal(sink.acked.length, 0);
+});
+
+test('stopping while a publish waits for its acknowledgements: they finish, the cursor commits, run resolves', async (t) => {
+  const db = await testDb(t);
+  const written = (await write(db, ['s', 's', 's', 's'])).get('s')!;
+  const sink = new MemorySink();
+  const gate = latch();
+  sink.gate = gate.promise;
+  const started = latch();
+  sink.onPublish = () => started.open();
+  const relay = new Relay(db.pool(), sink, { ...FAST, consumer: 'relay', streams: ['s'] });
+  db.defer(() => relay.close());
+  const stop = new AbortController();
+  const running = relay.run(stop.signal);
+  await started.promise;
+  stop.abort();
+  gate.open();
+  await running;
+  assert.deepEqual(sink.acked.map((m) => m.event.seq), written);
+  assert.equal(await cursor(db, 'relay', 's'), written.at(-1));
+});
+
+test('events pruned before the relay read them end it with RESYNC_REQUIRED; nothing is skipped or sent', async (t) => {
+  const db = await testDb(t);
+  await write(db, ['s', 's', 's']);
+  const pruned = await new Pruner(db.pool(), { retentionMs: 0, allowShortRetention: true }).prune();
+  assert.equal(pruned.deleted, 3);
+  const sink = new MemorySink();
+  const relay = new Relay(db.pool(), sink, { ...FAST, consumer: 'relay', streams: ['s'] });
+  db.defer(() => relay.close());
+  await assert.rejects(relay.run(), ResyncRequiredError);
+  assert.equal(sink.calls.length, 0);
+  assert.equal(await cursor(db, 'relay', 's'), 0n);
+});
+
+test('a broker that cannot be reached at start is retried; a second relay of the same consumer stands by and takes over', async (t) => {
+  const db = await testDb(t);
+  const first = (await write(db, ['s', 's'])).get('s')!;
+  const sink1 = new MemorySink();
+  sink1.openFailure = brokerDown();
+  const events1 = new Recorder<RelayEvent>();
+  const relay1 = new Relay(db.pool(), sink1, { ...FAST, consumer: 'relay', streams: ['s'], observer: events1.push });
+  db.defer(() => relay1.close());
+  const stop1 = new AbortController();
+  const running1 = relay1.run(stop1.signal);
+  await events1.next((e) => e.type === 'retry' && e.source === 'sink');
+  await events1.next((e) => e.type === 'published');
+
+  const sink2 = new MemorySink();
+  const events2 = new Recorder<RelayEvent>();
+  const relay2 = new Relay(db.pool(), sink2, { ...FAST, consumer: 'relay', streams: ['s'], observer: events2.push });
+  db.defer(() => relay2.close());
+  const stop2 = new AbortController();
+  const running2 = relay2.run(stop2.signal);
+  await events2.next((e) => e.type === 'retry' && e.source === 'database'); // the cursor is held
+  stop1.abort();
+  await running1;
+  const second = (await write(db, ['s', 's'])).get('s')!;
+  await waitFor('the standby to relay the new events', async () => sink2.acked.length === 2);
+  stop2.abort();
+  await running2;
+  assert.deepEqual(sink1.acked.map((m) => m.event.seq), first);
+  assert.deepEqual(sink2.acked.map((m) => m.event.seq), second, 'the standby starts after what the first one committed');
+});
+
+test('options are checked before anything connects', (t) => {
+  const pool = { connect() {} } as never;
+  const sink = new MemorySink();
+  assert.throws(() => new Relay(pool, sink, { consumer: '', streams: ['s'] }), /consumer/);
+  assert.throws(() => new Relay(pool, sink, { consumer: 'c', streams: [] }), /streams: expected a non-empty array/);
+  assert.throws(() => new Relay(pool, sink, { consumer: 'c', streams: ['s', 's'] }), /streams: names "s" twice/);
+  assert.throws(() => new Relay(pool, sink, { consumer: 'c', streams: ['s'], bogus: 1 } as never), /bogus: is not a Relay option/);
+  assert.throws(() => new Relay(pool, {} as never, { consumer: 'c', streams: ['s'] }), /sink: expected a Sink/);
+  const relay = new Relay(pool, sink, { consumer: 'c', streams: ['s'] });
+  assert.equal(relay.republishWithinMs, 30_000 + 25_000 + 5_000 + 2 * 10_000 + 10_000, 'restart + session death + lock + 2 responses + back-off');
+  t.diagnostic(`republishWithinMs default ${relay.republishWithinMs}`);
+});

@@ -1,0 +1,61 @@
+/**
+ * A sink that keeps what it is given, for testing the relay loop without a
+ * broker: every publish call is recorded, and a test can hold a publish
+ * open (a gate) or make the next ones fail.
+ */
+import { SinkError } from '../../src/errors.js';
+import type { RelayMessage, Sink, SinkTarget } from '../../src/relay/sink.js';
+
+export class MemorySink implements Sink {
+  readonly name = 'memory';
+  readonly description = 'memory';
+  /** Every message acknowledged, in the order acknowledged. */
+  readonly acked: RelayMessage[] = [];
+  /** Every publish call's messages, acknowledged or not. */
+  readonly calls: RelayMessage[][] = [];
+  target: SinkTarget | undefined;
+  /** Set to make `publish` wait for it before acknowledging. */
+  gate: Promise<void> | undefined;
+  /** Called with each publish's messages once it started (before the gate). */
+  onPublish: ((messages: readonly RelayMessage[]) => void) | undefined;
+  /** The next publishes fail with these, one each, before anything is acknowledged. */
+  readonly failures: SinkError[] = [];
+  /** Fails `open` with this, once. */
+  openFailure: SinkError | undefined;
+  closed = false;
+
+  async open(target: SinkTarget): Promise<void> {
+    const failure = this.openFailure;
+    this.openFailure = undefined;
+    if (failure) throw failure;
+    this.target = target;
+  }
+
+  async publish(messages: readonly RelayMessage[], signal: AbortSignal): Promise<void> {
+    this.calls.push([...messages]);
+    this.onPublish?.(messages);
+    const failure = this.failures.shift();
+    if (failure) throw failure;
+    if (this.gate) {
+      await Promise.race([
+        this.gate,
+        new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true })),
+      ]);
+    }
+    this.acked.push(...messages);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
+
+/** A retryable failure, as a broker that is down gives. */
+export function brokerDown(): SinkError {
+  return new SinkError('memory', 'the broker is down', { retryable: true });
+}
+
+/** A failure retrying cannot fix, naming `seq`. */
+export function poisoned(seq: bigint): SinkError {
+  return new SinkError('memory', `message ${seq} is too large`, { retryable: false, seq });
+}
