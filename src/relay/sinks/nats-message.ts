@@ -1,0 +1,77 @@
+/**
+ * One event as a JetStream message: subject, headers, body, and its size
+ * as the server counts it against `max_payload`.
+ *
+ * Headers: `Nats-Msg-Id` (`<schema>:<seq>`, JetStream's duplicate
+ * detection), `Nats-Expected-Stream` (JetStream refuses the message rather
+ * than store it in another stream), `Tidemark-Seq` (decimal),
+ * `Tidemark-Stream`, `Tidemark-Kind`, `Tidemark-Key` (percent-encoded where
+ * a header could not carry them exactly: `decodeURIComponent` gives the
+ * value back), `Tidemark-Occurred-At` (ISO 8601), `Tidemark-Headers` (the
+ * event's headers as JSON text, always), and each of the event's own
+ * headers whose name is a header token outside the `Nats-` and `Tidemark-`
+ * families and whose value is a string a header carries as it is. Body:
+ * the payload as JSON text in UTF-8.
+ */
+import { headers, type MsgHdrs } from '@nats-io/transport-node';
+import type { RelayMessage } from '../sink.js';
+import type { Template } from '../template.js';
+import { subjectField } from './nats-subject.js';
+
+/** An event ready to send. */
+export interface NatsMessage {
+  seq: bigint;
+  subject: string;
+  headers: MsgHdrs;
+  body: Uint8Array;
+  /** Header block plus body, in bytes: what the server compares with `max_payload`. */
+  bytes: number;
+}
+
+/** Header names the event's own headers may not take: NATS's (they steer JetStream) and ours. */
+const RESERVED_HEADER = /^(nats|tidemark)-/i;
+/** An HTTP token (RFC 9110): what a header name may be. */
+const HEADER_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** What a header value cannot carry as it is: control characters (CR and LF end it), and whitespace at its ends (the client trims it). */
+const UNSAFE_HEADER_VALUE = /(?!\t)\p{Cc}|^\s|\s$/u;
+const encoder = new TextEncoder();
+
+/** Builds the message for `message`, to `stream`, on the subject `subject` renders. */
+export function natsMessage(message: RelayMessage, stream: string, subject: Template): NatsMessage {
+  const { event } = message;
+  const h = headers();
+  h.set('Nats-Msg-Id', message.id);
+  h.set('Nats-Expected-Stream', stream);
+  h.set('Tidemark-Seq', event.seq.toString());
+  h.set('Tidemark-Stream', headerText(event.stream));
+  h.set('Tidemark-Kind', headerText(event.kind));
+  h.set('Tidemark-Key', headerText(event.key));
+  h.set('Tidemark-Occurred-At', event.occurredAt.toISOString());
+  h.set('Tidemark-Headers', JSON.stringify(event.headers));
+  for (const [name, value] of Object.entries(event.headers)) {
+    if (typeof value === 'string' && HEADER_TOKEN.test(name) && !RESERVED_HEADER.test(name) && !UNSAFE_HEADER_VALUE.test(value)) h.append(name, value);
+  }
+  const body = encoder.encode(JSON.stringify(event.payload));
+  return { seq: event.seq, subject: subject.render(message, subjectField), headers: h, body, bytes: headerBytes(h) + body.length };
+}
+
+/**
+ * The header block's size on the wire: `NATS/1.0`, then `\r\n<name>: <value>`
+ * per value, then `\r\n\r\n`, in UTF-8 (the client's encoding; the public
+ * `MsgHdrs` type does not expose it).
+ */
+function headerBytes(h: MsgHdrs): number {
+  let text = 'NATS/1.0';
+  for (const [name, values] of h) for (const value of values) text += `\r\n${name}: ${value}`;
+  return Buffer.byteLength(`${text}\r\n\r\n`, 'utf8');
+}
+
+/**
+ * A field as a header value that reads back exactly: `%`, control
+ * characters and whitespace at either end percent-encoded, anything else as
+ * it is; `decodeURIComponent` restores the value.
+ */
+export function headerText(value: string): string {
+  const inner = value.replace(/%|(?!\t)\p{Cc}/gu, encodeURIComponent);
+  return inner.replace(/^\s+|\s+$/gu, (ends) => [...ends].map(encodeURIComponent).join(''));
+}
