@@ -13,6 +13,7 @@ import { e2eLatency } from './scenarios/e2e-latency.js';
 import { gapTorture } from './scenarios/gap-torture.js';
 import { stallBlastRadius } from './scenarios/stall.js';
 import { writerLatency } from './scenarios/writer-latency.js';
+import { relayScenario } from './scenarios/relay.js';
 
 /** Scenario ids, in run order. */
 export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioResult>> = {
@@ -22,6 +23,7 @@ export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioRe
   'writer-latency': writerLatency,
   'e2e-latency': e2eLatency,
   drain: backlogDrain,
+  relay: relayScenario,
 };
 
 export const CONTENDER_IDS = allContenders().map((c) => c.id);

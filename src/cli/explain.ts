@@ -5,7 +5,7 @@
  * node-postgres errors that carry neither by their fixed texts.
  */
 import { CommanderError } from 'commander';
-import { InvalidOptionsError, sqlState, TidemarkError } from '../errors.js';
+import { InvalidOptionsError, sqlState, TidemarkError, type SinkError } from '../errors.js';
 import { CliError, EXIT } from './cli-error.js';
 import { inFlagTerms } from './flags.js';
 
@@ -108,6 +108,13 @@ function tidemarkError(err: TidemarkError, t: Target, schema: string | undefined
       return { message: err.message, exitCode: EXIT.usage };
     case 'RESYNC_REQUIRED':
       return { message: err.message, exitCode: EXIT.resync };
+    case 'SINK_FAILED': {
+      // The sink's message names the broker and what to do. Retryable: the
+      // broker could not be reached; without a seq: its destination is
+      // misconfigured; with one: an event it can never take.
+      const sink = err as SinkError;
+      return { message: sink.message, exitCode: sink.retryable ? EXIT.database : sink.seq === undefined ? EXIT.usage : EXIT.failed };
+    }
     case 'CONNECTION_LOST':
       return database(`${err.message} (${t.where}${err.cause === undefined ? '' : `: ${summary(err.cause)}`}); run the command again once the database is back`);
     default: {

@@ -21,6 +21,8 @@ const DURATION_KEYS: Record<string, string> = {
   pruneInterval: '--prune-interval',
   shutdownTimeout: '--shutdown-timeout',
   duration: '--duration',
+  ackTimeout: '--ack-timeout',
+  restartWithin: '--restart-within',
 };
 
 /** Validates the duration flags in `options` (commander's parsed options) and the rules between them; throws `CliError`. */
@@ -55,6 +57,15 @@ const FLAGS: Record<string, string> = {
   pollIntervalMs: '--poll',
   owner: '--owner',
   schema: '--schema',
+  url: '--to',
+  subject: '--subject',
+  exchange: '--exchange',
+  routingKey: '--routing-key',
+  createStream: '--create-stream',
+  createExchange: '--create-exchange',
+  ackTimeoutMs: '--ack-timeout',
+  restartWithinMs: '--restart-within',
+  streams: '--stream',
 };
 
 /**
@@ -66,7 +77,7 @@ const FLAGS: Record<string, string> = {
 export function inFlagTerms(err: InvalidOptionsError): string {
   const body = err.message.startsWith(`${err.option}: `) ? err.message.slice(err.option.length + 2) : err.message;
   const rename = (plain: string) =>
-    Object.entries(FLAGS).reduce((text, [option, flag]) => text.replace(new RegExp(`(?<![\\w-])${option}(?![\\w-])`, 'g'), flag), plain);
+    Object.entries(FLAGS).reduce((text, [option, flag]) => text.replace(new RegExp(`(?<![\\w{-])${option}(?![\\w}-])`, 'g'), flag), plain);
   const text = body.replace(/("(?:[^"\\]|\\.)*")|[^"]+/g, (part, quoted?: string) => quoted ?? rename(part));
   return `${FLAGS[err.option] ?? err.option}: ${text}`;
 }

@@ -11,6 +11,7 @@ import { demoCommand } from './commands/demo.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pruneCommand } from './commands/prune.js';
 import { serveCommand } from './commands/serve.js';
+import { relayCommand } from './commands/relay.js';
 import { statusCommand } from './commands/status.js';
 import { tailCommand } from './commands/tail.js';
 import { watermarkCommand } from './commands/watermark.js';
@@ -44,6 +45,26 @@ function refuseRemovedFlags(command: Command): Command {
 function packageVersion(): string {
   return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
+
+/** The relay role's flags, shared by `relay` and `serve`. */
+function relayFlags(command: Command): Command {
+  return command
+    .option('--to <url>', 'relay: the broker, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST')
+    .option('--consumer <name>', 'relay: the name of its cursors (one per stream)')
+    .option('--stream <name>', 'relay: a stream to relay; repeat for more', (value: string, previous: string[] | undefined) => [...(previous ?? []), value])
+    .option('--subject <template>', 'nats: subject of each message (default: {schema}.{stream}.{kind})')
+    .option('--nats-stream <name>', 'nats: the JetStream stream (default: TIDEMARK)')
+    .option('--create-stream', 'nats: create the JetStream stream when it is missing')
+    .option('--exchange <template>', 'amqp: exchange of each message (default: tidemark)')
+    .option('--routing-key <template>', 'amqp: routing key of each message (default: {stream}.{kind})')
+    .option('--create-exchange', 'amqp: declare the exchange (durable, topic) when it is missing')
+    .option('--batch <n>', 'relay: events per page, published pipelined', '500')
+    .option('--ack-timeout <duration>', 'relay: how long a page waits for the broker\'s acknowledgements', '10s')
+    .option('--restart-within <duration>', 'relay: how soon a supervisor restarts a crashed relay (part of the duplicate-window check)', '30s')
+    .option('--poll <duration>', 'relay: poll interval when no notification arrives', '1s');
+}
+
+const TEMPLATES = '\nA <template> names event fields in braces: {schema}, {stream}, {kind}, {key}, {seq}; {{ and }} are literal braces.\n';
 
 /** Help of commands with <duration> flags: a number needs its unit (parseDuration refuses a bare one). */
 export const DURATIONS = '\nA <duration> is a number and its unit: 500ms, 10s, 1.5m, 2h, 7d. A bare number (other than 0) is refused.\n';
@@ -87,9 +108,9 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .addHelpText('after', examples(['npx tidemark migrate', 'DATABASE_URL=postgres://localhost/app npx tidemark migrate --dry-run']))
     .action(action(migrateCommand));
 
-  refuseRemovedFlags(root.command('serve'))
-    .description('run the daemon: the leased watermarker and/or the pruner, with /healthz and /metrics')
-    .option('--roles <list>', 'comma-separated: watermarker, pruner', 'watermarker,pruner')
+  relayFlags(refuseRemovedFlags(root.command('serve')))
+    .description('run the daemon: the leased watermarker, the pruner and/or the relay, with /healthz and /metrics')
+    .option('--roles <list>', 'comma-separated: watermarker, pruner, relay', 'watermarker,pruner')
     .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
     .option('--owner <name>', 'lease owner / heartbeat name (default: host:pid:random)')
     .option('--lease-ttl <duration>', 'watermarker lease TTL', '10s')
@@ -100,9 +121,31 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
     .addHelpText(
       'after',
-      examples(['npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464', 'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a']) + DURATIONS,
+      examples([
+        'npx tidemark serve --roles watermarker,pruner --http 127.0.0.1:9464',
+        'npx tidemark serve --roles watermarker --lease-ttl 5s --owner node-a',
+        'npx tidemark serve --roles watermarker,relay --to nats://127.0.0.1:4222 --consumer relay --stream orders --create-stream',
+      ]) +
+        DURATIONS +
+        TEMPLATES,
     )
     .action(action(serveCommand));
+
+  relayFlags(root.command('relay'))
+    .description('forward streams to NATS JetStream or RabbitMQ, in seq order, with a durable cursor per stream')
+    .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
+    .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
+    .addHelpText(
+      'after',
+      examples([
+        'npx tidemark relay --to nats://127.0.0.1:4222 --consumer relay --stream orders --create-stream',
+        "npx tidemark relay --to amqp://guest:guest@127.0.0.1:5672 --consumer relay --stream orders --stream payments --exchange tidemark --create-exchange",
+      ]) +
+        DURATIONS +
+        TEMPLATES +
+        '\nNATS: each event lands in JetStream once (Nats-Msg-Id <schema>:<seq>, within the stream\'s duplicate window).\nRabbitMQ: at least once (publisher confirms); consumers deduplicate by message_id <schema>:<seq>.\n',
+    )
+    .action(action(relayCommand));
 
   root
     .command('append')
@@ -175,7 +218,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .command('bench')
     .description('benchmark and conformance run: tidemark against the alternatives, side by side on one server')
     .option('--quick', 'smoke run, about a minute (figures not meaningful)')
-    .option('--only <scenarios>', 'comma-separated: gap-torture, stall, append-cost, writer-latency, e2e-latency, drain')
+    .option('--only <scenarios>', 'comma-separated: gap-torture, stall, append-cost, writer-latency, e2e-latency, drain, relay')
     .option('--contenders <ids>', 'comma-separated: tidemark, emmett, message-db, pg-transactional-outbox, naive, xid-position, xid-compound, reference')
     .option('--out <dir>', 'where the JSON and markdown results go', 'bench/results')
     .option('--no-progress', 'no progress output on stderr')

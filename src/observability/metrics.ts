@@ -2,6 +2,8 @@ import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ConsumerEvent } from '../consumer/events.js';
 import type { PruneResult } from '../retention/pruner.js';
+import type { RelayEvent } from '../relay/events.js';
+import type { Relay } from '../relay/relay.js';
 import { stepBucketMs, type WatermarkerEvent } from '../watermark/progress.js';
 import { readStatus } from './status.js';
 
@@ -31,6 +33,10 @@ export interface TidemarkMetrics {
   pruneError: (err: unknown) => void;
   /** Pass as `StreamClient` option `observer`. */
   consumerObserver: (event: ConsumerEvent) => void;
+  /** Pass as `Relay` option `observer`. */
+  relayObserver: (event: RelayEvent) => void;
+  /** Exports `relay`'s lag (events and seconds per stream, read from the database at scrape time). */
+  trackRelay: (relay: Relay) => void;
 }
 
 const STEP_BUCKETS = [0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
@@ -103,6 +109,31 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const delivered = new Counter({ name: 'tidemark_delivered_events_total', help: 'Events delivered by this process.', labelNames: ['consumer', 'stream'], registers });
   const listenerErrors = new Counter({ name: 'tidemark_listener_errors_total', help: 'LISTEN connection failures (polling continues).', registers });
 
+  const relayPublished = new Counter({ name: 'tidemark_relay_published_events_total', help: 'Events the broker acknowledged and the relay committed.', labelNames: ['stream'], registers });
+  const relayFailed = new Counter({ name: 'tidemark_relay_failed_events_total', help: 'Events in pages the broker did not acknowledge (each page is published again or stops the relay).', labelNames: ['stream'], registers });
+  const relayRetries = new Counter({ name: 'tidemark_relay_retries_total', help: 'Relay failures retried after a back-off, by source: sink (the broker) or database.', labelNames: ['stream', 'source'], registers });
+  const relayAck = new Histogram({ name: 'tidemark_relay_ack_seconds', help: 'Time from sending a page to the broker to its last acknowledgement.', buckets: [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers });
+  const relaySinkUp = new Gauge({ name: 'tidemark_relay_sink_up', help: '1 while the relay\'s broker takes its publishes; 0 from a failure until the next success.', registers });
+  const relays: Relay[] = [];
+  const readRelayLag = async (): Promise<void> => {
+    relayLagEvents.reset();
+    relayLagSeconds.reset();
+    for (const relay of relays) {
+      try {
+        for (const lag of await relay.lag()) {
+          relayLagEvents.set({ stream: lag.stream }, lag.events);
+          relayLagSeconds.set({ stream: lag.stream }, lag.seconds);
+        }
+      } catch {
+        // The database is down: tidemark_database_up says so; the lag is unknown.
+      }
+    }
+  };
+  let relayLagReading: Promise<void> | undefined;
+  const refreshRelayLag = (): Promise<void> => (relayLagReading ??= readRelayLag().finally(() => setTimeout(() => (relayLagReading = undefined), 0)));
+  const relayLagEvents = new Gauge({ name: 'tidemark_relay_lag_events', help: 'Events at or below safe_seq the relay has not published yet.', labelNames: ['stream'], registers, collect: () => refreshRelayLag() });
+  const relayLagSeconds = new Gauge({ name: 'tidemark_relay_lag_seconds', help: 'Age of the oldest event at or below safe_seq the relay has not published yet (0 when none).', labelNames: ['stream'], registers, collect: () => refreshRelayLag() });
+
   // Database gauges are read once per scrape, by the first of them that
   // prom-client collects (it awaits each gauge's async collect()).
   let reading: Promise<void> | undefined;
@@ -172,6 +203,24 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       if (event.type === 'page' && event.delivered > 0) delivered.inc({ consumer: event.consumer, stream: event.stream }, event.delivered);
       if (event.type === 'listener:error') listenerErrors.inc();
       if (event.type === 'retry') consumerRetries.inc({ consumer: event.consumer, stream: event.stream });
+    },
+    relayObserver(event) {
+      if (event.type === 'published') {
+        relayPublished.inc({ stream: event.stream }, event.count);
+        relayAck.observe(event.ackMs / 1000);
+        relaySinkUp.set(1);
+      } else if (event.type === 'open') {
+        relaySinkUp.set(1);
+      } else if (event.type === 'failed') {
+        relayFailed.inc({ stream: event.stream }, event.count);
+        relaySinkUp.set(0);
+      } else {
+        relayRetries.inc({ stream: event.stream, source: event.source });
+        if (event.source === 'sink') relaySinkUp.set(0);
+      }
+    },
+    trackRelay(relay) {
+      relays.push(relay);
     },
   };
 }

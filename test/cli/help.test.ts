@@ -29,7 +29,7 @@ test('--version prints the version of package.json', async () => {
 
 test("every command's --help lists the global options", async () => {
   const names = program().commands.map((c) => c.name());
-  assert.deepEqual(names, ['migrate', 'serve', 'append', 'watermark', 'tail', 'prune', 'status', 'demo', 'bench']);
+  assert.deepEqual(names, ['migrate', 'serve', 'relay', 'append', 'watermark', 'tail', 'prune', 'status', 'demo', 'bench']);
   for (const name of names) {
     const help = helpOf(name);
     assert.match(help, /^Global Options:$/m, name);
@@ -41,7 +41,7 @@ test("every command's --help lists the global options", async () => {
 });
 
 test('the help of every command with durations says a number needs its unit', () => {
-  for (const name of ['serve', 'tail', 'prune', 'demo']) {
+  for (const name of ['serve', 'relay', 'tail', 'prune', 'demo']) {
     assert.match(helpOf(name), /<duration>/, name);
     assert.match(helpOf(name), /A <duration> is a number and its unit: 500ms, 10s, 1\.5m, 2h, 7d\. A bare number \(other than 0\) is refused\./, name);
   }

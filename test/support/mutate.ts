@@ -228,6 +228,22 @@ const MUTANTS: Mutant[] = [
     replace: 'await watermarker?.close();',
     tests: ['cli/serve'],
   },
+  {
+    id: 'relay-commit-before-ack',
+    what: 'the relay commits its cursor without waiting for the broker\'s acknowledgements',
+    file: 'src/relay/relay.ts',
+    find: 'await this.sink.publish(messages, this.hard.signal);',
+    replace: 'void this.sink.publish(messages, this.hard.signal).catch(() => undefined);',
+    tests: ['relay/relay'],
+  },
+  {
+    id: 'relay-retry-everything',
+    what: 'the relay retries (and so skips past) an event the broker can never take',
+    file: 'src/relay/relay.ts',
+    find: 'if (!isRetryable(cause)) throw cause;',
+    replace: 'if (!isRetryable(cause) && !(cause instanceof SinkError)) throw cause;',
+    tests: ['relay/relay'],
+  },
 ];
 
 const root = new URL('../../', import.meta.url).pathname;

@@ -8,26 +8,28 @@ import { configured, openDatabase, type GlobalOptions } from '../context.js';
 import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
+import { Relay } from '../../relay/relay.js';
+import { isRetryable } from '../../errors.js';
+import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
 
-export interface ServeCommandOptions extends GlobalOptions {
+export interface ServeCommandOptions extends GlobalOptions, RelayFlags {
   roles: string;
   http?: string;
   owner?: string;
-  leaseTtl: string;
+  leaseTtl?: string;
   leaseRenew?: string;
-  retention: string;
-  pruneInterval: string;
+  retention?: string;
+  pruneInterval?: string;
   allowShortRetention?: boolean;
   shutdownTimeout: string;
 }
 
-const ROLES = ['watermarker', 'pruner'] as const;
+const ROLES = ['watermarker', 'pruner', 'relay'] as const;
 type Role = (typeof ROLES)[number];
 
 function parseRoles(text: string): Set<Role> {
   const roles = new Set<Role>();
   for (const name of text.split(',').map((r) => r.trim())) {
-    if (name === 'relay') throw new CliError('--roles: relay is not available yet (it comes with the NATS relay)');
     if (!(ROLES as readonly string[]).includes(name)) throw new CliError(`--roles: unknown role ${JSON.stringify(name)}; expected some of ${ROLES.join(', ')}`);
     roles.add(name as Role);
   }
@@ -42,12 +44,16 @@ function parseListen(text: string): { host: string; port: number } {
 }
 
 /**
- * `tidemark serve --roles watermarker,pruner [--http HOST:PORT]`: the daemon.
- * Several processes may run the same roles; the lease keeps one watermarker
- * active. SIGINT/SIGTERM stop the loops, release the lease and exit 0, or
- * exit 1 if that takes longer than `--shutdown-timeout`.
+ * `tidemark serve --roles watermarker,pruner,relay [--http HOST:PORT]`: the
+ * daemon. Several processes may run the same roles; the lease keeps one
+ * watermarker active, the cursor one relay per (consumer, stream).
+ * SIGINT/SIGTERM stop the loops (the relay finishes the acknowledgements in
+ * flight and commits its cursor), release the lease and exit 0, or exit 1
+ * if that takes longer than `--shutdown-timeout`. A relay error that
+ * retrying cannot fix (a message the broker can never take, a resync)
+ * stops every role and exits with that error's code.
  */
-export async function serveCommand(options: ServeCommandOptions): Promise<number> {
+export async function serveCommand(options: ServeCommandOptions, command = 'serve'): Promise<number> {
   // Everything is validated before connecting.
   const roles = parseRoles(options.roles);
   const listen = options.http ? parseListen(options.http) : undefined;
@@ -55,24 +61,33 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   const watermarkerOptions: WatermarkerOptions = {
     schema: options.schema,
     owner: options.owner,
-    leaseTtlMs: parseDuration(options.leaseTtl, '--lease-ttl'),
+    leaseTtlMs: parseDuration(options.leaseTtl ?? '10s', '--lease-ttl'),
     leaseRenewMs: options.leaseRenew === undefined ? undefined : parseDuration(options.leaseRenew, '--lease-renew'),
   };
   const prunerOptions: PrunerOptions = {
     schema: options.schema,
     owner: options.owner,
-    retentionMs: parseDuration(options.retention, '--retention'),
-    intervalMs: parseDuration(options.pruneInterval, '--prune-interval'),
+    retentionMs: parseDuration(options.retention ?? '7d', '--retention'),
+    intervalMs: parseDuration(options.pruneInterval ?? '1m', '--prune-interval'),
     allowShortRetention: options.allowShortRetention ?? false,
   };
   if (roles.has('watermarker')) configured(() => resolveWatermarkerOptions(watermarkerOptions));
   if (roles.has('pruner')) configured(() => resolvePrunerOptions(prunerOptions));
+  const relaying: RelaySetup | undefined = roles.has('relay') ? relaySetup(options, options.schema) : undefined;
+  if (!relaying) {
+    const given = (['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange'] as const).find((k) => options[k] !== undefined);
+    if (given) throw new CliError(`--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: applies to the relay role; add relay to --roles`);
+  }
 
-  const db = await openDatabase(options, 6);
+  const db = await openDatabase(options, 6 + (relaying?.options.streams.length ?? 0));
   const metrics = createMetrics({ pool: db.pool, schema: options.schema });
   const stop = new AbortController();
-  const health = { watermarker: { lastStepAt: 0, safeSeq: null as string | null }, pruner: { lastRunAt: 0, lastError: null as string | null } };
-  const log = (message: string) => console.error(`tidemark serve: ${message}`);
+  const health = {
+    watermarker: { lastStepAt: 0, safeSeq: null as string | null },
+    pruner: { lastRunAt: 0, lastError: null as string | null },
+    relay: { sinkUp: false, lastError: null as string | null, lastPublishedAt: 0, cursors: {} as Record<string, string> },
+  };
+  const log = (message: string) => console.error(`tidemark ${command}: ${message}`);
   const oneLine = (err: unknown) => explain(err, { url: db.url, schema: options.schema }).message;
   let announced: boolean | undefined; // the leadership last logged
 
@@ -112,6 +127,46 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
       })
     : undefined;
 
+  const relay = relaying
+    ? new Relay(db.pool, relaying.sink, {
+        ...relaying.options,
+        observer: (event) => {
+          metrics.relayObserver(event);
+          const h = health.relay;
+          if (event.type === 'open') {
+            h.sinkUp = true;
+            h.lastError = null;
+            log(`relay: publishing to ${event.description}`);
+          } else if (event.type === 'published') {
+            h.sinkUp = true;
+            h.lastError = null;
+            h.lastPublishedAt = Date.now();
+            h.cursors[event.stream] = event.cursor.toString();
+          } else if (event.type === 'retry') {
+            if (event.source === 'sink') h.sinkUp = false;
+            h.lastError = oneLine(event.error);
+            log(`relay${event.stream ? ` ${JSON.stringify(event.stream)}` : ''}: ${h.lastError}; retrying in ${event.delayMs} ms`);
+          }
+        },
+        onError: (err) => log(`relay: ${oneLine(err)}`),
+      })
+    : undefined;
+  if (relay) {
+    metrics.trackRelay(relay);
+    // Fail fast on a broker that is misconfigured; one that is down is waited for (run retries).
+    // `tidemark relay` (the relay alone) fails fast on both.
+    try {
+      await relay.open();
+    } catch (err) {
+      if (!isRetryable(err) || roles.size === 1) {
+        await relay.close().catch(() => undefined);
+        await db.close();
+        throw err;
+      }
+      log(`relay: ${oneLine(err)}; retrying`);
+    }
+  }
+
   const healthz = async () => {
     let database: { ok: boolean; error?: string } = { ok: true };
     try {
@@ -132,6 +187,11 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
       const healthy = health.pruner.lastError === null;
       ok &&= healthy;
       body.pruner = { healthy, lastRunAgoMs: health.pruner.lastRunAt ? Date.now() - health.pruner.lastRunAt : null, lastError: health.pruner.lastError };
+    }
+    if (relay) {
+      const h = health.relay;
+      ok &&= h.sinkUp;
+      body.relay = { healthy: h.sinkUp, sink: relay.sink.description, lastPublishedAgoMs: h.lastPublishedAt ? Date.now() - h.lastPublishedAt : null, cursors: h.cursors, lastError: h.lastError };
     }
     return { ok, body: { status: ok ? 'ok' : 'unhealthy', ...body } };
   };
@@ -160,16 +220,27 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
     log(`http on ${typeof address === 'object' && address ? `${address.address}:${address.port}` : options.http} (/healthz, /metrics)`);
   }
 
-  const running = [watermarker?.run(stop.signal), pruner?.run(stop.signal)].filter(Boolean);
-  log(`running ${[...roles].join(', ')}${watermarker ? ` as ${watermarker.options.owner}` : ''}`);
-  await new Promise<void>((resolve) => {
-    const onSignal = (signal: string) => {
-      log(`${signal}: stopping`);
-      resolve();
-    };
-    process.once('SIGINT', () => onSignal('SIGINT'));
-    process.once('SIGTERM', () => onSignal('SIGTERM'));
+  let fatal: { error: unknown } | undefined;
+  let stopping!: () => void;
+  const stopped = new Promise<void>((resolve) => (stopping = resolve));
+  const relayRun = relay?.run(stop.signal).catch((err: unknown) => {
+    fatal = { error: err };
+    log(`relay stopped: ${oneLine(err)}`);
+    stopping();
   });
+  const running = [watermarker?.run(stop.signal), pruner?.run(stop.signal), relayRun].filter(Boolean);
+  log(`running ${[...roles].join(', ')}${watermarker ? ` as ${watermarker.options.owner}` : ''}`);
+  const onSignal = (signal: string) => {
+    log(`${signal}: stopping`);
+    stopping();
+  };
+  const onSigint = () => onSignal('SIGINT');
+  const onSigterm = () => onSignal('SIGTERM');
+  process.once('SIGINT', onSigint);
+  process.once('SIGTERM', onSigterm);
+  await stopped;
+  process.off('SIGINT', onSigint);
+  process.off('SIGTERM', onSigterm);
 
   const deadline = setTimeout(() => {
     log(`shutdown took longer than ${shutdownMs} ms; exiting`);
@@ -181,6 +252,7 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   // Releases the lease: a standby takes over at once. With the database
   // unreachable the lease simply expires; that is no reason to fail.
   await watermarker?.close().catch((err: unknown) => log(`could not release the lease (${oneLine(err)}); it expires within ${watermarker.options.leaseTtlMs} ms`));
+  await relay?.close().catch((err: unknown) => log(`relay: closing the broker connection failed (${oneLine(err)})`));
   await new Promise<void>((resolve) => {
     if (!server) return resolve();
     server.close(() => resolve());
@@ -188,6 +260,7 @@ export async function serveCommand(options: ServeCommandOptions): Promise<number
   });
   await db.close();
   clearTimeout(deadline);
+  if (fatal) throw fatal.error;
   log('stopped');
   return 0;
 }

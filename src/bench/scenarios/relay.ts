@@ -1,0 +1,290 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { connect, headers as natsHeaders } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type pg from 'pg';
+import { Relay } from '../../relay/relay.js';
+import { NatsSink } from '../../relay/sinks/nats.js';
+import type { RelayMessage, Sink, SinkTarget } from '../../relay/sink.js';
+import { Watermarker } from '../../watermark/watermarker.js';
+import { benchPool } from '../db.js';
+import type { BenchContext } from '../context.js';
+import { Histogram } from '../histogram.js';
+import { fmt, ratioText, type Goal, type ScenarioResult } from '../report.js';
+import { tidemarkContender } from '../contenders/tidemark.js';
+import { startBenchNats, type BenchNats } from '../nats.js';
+
+const BATCH = 500;
+
+/**
+ * The relay to NATS JetStream, against a private nats-server:
+ * (a) a backlog relayed, against a plain JetStream publisher sending the
+ *     same messages (same subjects, headers, bodies and ids) with the same
+ *     pipelining (a batch of 500 sent, then all its acks awaited), no
+ *     database involved; runs alternate plain, relay, relay, plain;
+ * (b) live: commit -> JetStream ack latency at 1,000 events/s with the
+ *     watermarker loop at its defaults;
+ * (c) memory: peak RSS of a `tidemark relay` process draining a backlog.
+ */
+export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> {
+  const t0 = performance.now();
+  const rows: (string | number | null)[][] = [];
+  const goals: Goal[] = [];
+  const notes: string[] = [];
+  let nats: BenchNats;
+  try {
+    nats = await startBenchNats();
+  } catch (err) {
+    return skipped(t0, `no NATS server: ${(err as Error).message}`);
+  }
+  const url = await ctx.server.freshDatabase('relay');
+  const pool = benchPool(url, 8);
+  try {
+    await tidemarkContender().install(pool);
+    const backlog = ctx.pick(10_000, 100_000);
+    ctx.progress.step(`relay: preloading ${backlog.toLocaleString('en-US')} events`);
+    await preload(pool, 'bench', backlog);
+    await pool.query('VACUUM ANALYZE tidemark.events');
+    await new Watermarker(pool, { owner: 'bench' }).step();
+
+    // (a) Backlog throughput, side by side.
+    const messages = await loadMessages(pool, 'bench');
+    const rate = { plain: { events: 0, ms: 0 }, relay: { events: 0, ms: 0 } };
+    let run = 0;
+    for (const side of ['plain', 'relay', 'relay', 'plain'] as const) {
+      run += 1;
+      ctx.progress.step(`relay: backlog of ${backlog.toLocaleString('en-US')}, ${side} (run ${run} of 4)`);
+      const ms = side === 'plain' ? await plainPublish(nats.url, run, messages) : await relayBacklog(pool, nats.url, run, messages.at(-1)!.event.seq);
+      rate[side].events += messages.length;
+      rate[side].ms += ms;
+    }
+    const perSec = (x: { events: number; ms: number }) => (x.events / x.ms) * 1000;
+    const ratio = perSec(rate.relay) / perSec(rate.plain);
+    rows.push([`backlog ${backlog.toLocaleString('en-US')}: events/s`, Math.round(perSec(rate.relay)), Math.round(perSec(rate.plain)), fmt(ratio)]);
+    goals.push({ goal: 'relay backlog to JetStream: relay / plain JetStream publisher', target: '>= 0.8', measured: ratioText(ratio, 0.8), met: ratio >= 0.8 });
+
+    // (b) Live latency at 1,000 events/s.
+    ctx.progress.step('relay: live, 1,000 events/s');
+    const live = await liveLatency(pool, nats.url, ctx.pick(3_000, 10_000));
+    rows.push(['live 1,000 events/s: commit -> ack p50 / p99 / max (ms)', `${fmt(live.p50)} / ${fmt(live.p99)} / ${fmt(live.max)}`, null, null]);
+    goals.push({ goal: 'relay live: commit -> JetStream ack p99 at 1,000 events/s', target: '<= 50 ms', measured: `${fmt(live.p99)} ms (${live.count} events)`, met: live.p99 <= 50 });
+
+    // (c) Peak RSS of the relay process over a large backlog.
+    const big = ctx.pick(100_000, 1_000_000);
+    ctx.progress.step(`relay: memory, preloading ${big.toLocaleString('en-US')} events`);
+    await preload(pool, 'big', big);
+    await new Watermarker(pool, { owner: 'bench' }).step();
+    ctx.progress.step(`relay: memory, draining ${big.toLocaleString('en-US')} events`);
+    const memory = await relayProcessPeak(pool, url, nats.url, 'big');
+    if (memory) {
+      rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: peak RSS (MB)`, fmt(memory.peakMb, 1), null, null]);
+      goals.push({ goal: `relay RSS while draining ${big.toLocaleString('en-US')} events`, target: '< 150 MB', measured: `${fmt(memory.peakMb, 1)} MB in ${fmt(memory.seconds, 1)} s`, met: memory.peakMb < 150 });
+      notes.push(`The memory run is \`${memory.command}\` as a child process; its peak is VmHWM from /proc.`);
+    } else {
+      notes.push('The memory run needs /proc and a built CLI (npm run build); it was skipped.');
+    }
+  } finally {
+    await pool.end();
+    await nats.close();
+  }
+  return {
+    id: 'relay',
+    title: '7. Relay to NATS JetStream',
+    method:
+      `A private nats-server (-js, file storage). Backlog: events preloaded, then relayed by a \`Relay\` with a \`NatsSink\` (batch ${BATCH}, a fresh cursor and JetStream stream per run) until its cursor reaches the last event; ` +
+      `the plain publisher sends the same messages (subjects, headers, bodies, Nats-Msg-Id) read beforehand, ${BATCH} at a time, each batch's acks awaited before the next. ` +
+      'Runs alternate plain, relay, relay, plain. Live: 4 writers commit one event per transaction at 1,000 events/s in total while `Watermarker.run` (defaults) publishes safe_seq; ' +
+      "latency is from each writer's COMMIT returning to the relay's publish of that event resolving (all of its page's acks in). Memory: `tidemark relay` in a child process drains a fresh backlog.",
+    columns: ['measure', 'relay', 'plain publisher', 'ratio'],
+    rows,
+    notes,
+    goals,
+    elapsedMs: performance.now() - t0,
+  };
+}
+
+function skipped(t0: number, why: string): ScenarioResult {
+  return { id: 'relay', title: '7. Relay to NATS JetStream', method: why, columns: [], rows: [], notes: [why], goals: [], elapsedMs: performance.now() - t0 };
+}
+
+async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> {
+  for (let done = 0; done < n; done += 100_000) {
+    await pool.query(
+      `INSERT INTO tidemark.events (stream, kind, key, payload, headers)
+       SELECT $1, 'order.placed', 'k' || (g % 64), jsonb_build_object('id', g, 'total', g % 1000, 'note', 'a typical small event body'), '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+         FROM generate_series($2::bigint, $3::bigint) g`,
+      [stream, done + 1, Math.min(n, done + 100_000)],
+    );
+  }
+}
+
+async function loadMessages(pool: pg.Pool, stream: string): Promise<RelayMessage[]> {
+  const r = await pool.query<{ seq: string; kind: string; key: string; payload: RelayMessage['event']['payload']; headers: RelayMessage['event']['headers']; occurred_at: Date }>(
+    'SELECT seq, kind, key, payload, headers, occurred_at FROM tidemark.events WHERE stream = $1 ORDER BY seq',
+    [stream],
+  );
+  return r.rows.map((row) => ({
+    id: `tidemark:${row.seq}`,
+    schema: 'tidemark',
+    event: { seq: BigInt(row.seq), stream, kind: row.kind, key: row.key, payload: row.payload, headers: row.headers, occurredAt: row.occurred_at },
+  }));
+}
+
+/** The plain publisher: the same messages, js.publish with the same headers, a batch at a time. */
+async function plainPublish(url: string, run: number, messages: RelayMessage[]): Promise<number> {
+  const nc = await connect({ servers: url });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: `PLAIN_${run}`, subjects: [`plain${run}.>`] });
+    const js = jetstream(nc);
+    const start = performance.now();
+    for (let i = 0; i < messages.length; i += BATCH) {
+      const acks = messages.slice(i, i + BATCH).map((m) => {
+        const e = m.event;
+        const h = natsHeaders();
+        h.set('Tidemark-Seq', e.seq.toString());
+        h.set('Tidemark-Stream', e.stream);
+        h.set('Tidemark-Kind', e.kind);
+        h.set('Tidemark-Key', e.key);
+        h.set('Tidemark-Occurred-At', e.occurredAt.toISOString());
+        h.set('Tidemark-Headers', JSON.stringify(e.headers));
+        for (const [name, value] of Object.entries(e.headers)) if (typeof value === 'string') h.set(name, value);
+        return js.publish(`plain${run}.${e.stream}.${e.kind}`, JSON.stringify(e.payload), { msgID: m.id, headers: h });
+      });
+      await Promise.all(acks);
+    }
+    return performance.now() - start;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Relays the backlog with a fresh cursor and JetStream stream; the time until its cursor reached `last`. */
+async function relayBacklog(pool: pg.Pool, url: string, run: number, last: bigint): Promise<number> {
+  const sink = new NatsSink({ url, stream: `RELAY_${run}`, subject: `relay${run}.{stream}.{kind}`, createStream: true });
+  let reached!: () => void;
+  const done = new Promise<void>((resolve) => (reached = resolve));
+  const relay = new Relay(pool, sink, {
+    consumer: `bench-${run}`,
+    streams: ['bench'],
+    batchSize: BATCH,
+    listen: false,
+    observer: (e) => {
+      if (e.type === 'published' && e.cursor >= last) reached();
+    },
+  });
+  const stop = new AbortController();
+  const start = performance.now();
+  const running = relay.run(stop.signal);
+  await Promise.race([done, running]);
+  const ms = performance.now() - start;
+  stop.abort();
+  await running;
+  await relay.close();
+  return ms;
+}
+
+/** Wraps a sink to note when each event's publish resolved. */
+class TimedSink implements Sink {
+  readonly name: string;
+  readonly description: string;
+  readonly ackedAt = new Map<bigint, number>();
+  constructor(private readonly inner: Sink) {
+    this.name = inner.name;
+    this.description = inner.description;
+  }
+  get ackTimeoutMs() {
+    return this.inner.ackTimeoutMs;
+  }
+  open(target: SinkTarget, signal: AbortSignal) {
+    return this.inner.open(target, signal);
+  }
+  async publish(messages: readonly RelayMessage[], signal: AbortSignal) {
+    await this.inner.publish(messages, signal);
+    const now = performance.now();
+    for (const m of messages) this.ackedAt.set(m.event.seq, now);
+  }
+  close() {
+    return this.inner.close();
+  }
+}
+
+async function liveLatency(pool: pg.Pool, url: string, windowMs: number): Promise<{ p50: number; p99: number; max: number; count: number }> {
+  const sink = new TimedSink(new NatsSink({ url, stream: 'LIVE', subject: 'live.{stream}.{kind}', createStream: true }));
+  const relay = new Relay(pool, sink, { consumer: 'live', streams: ['live'] });
+  const watermarker = new Watermarker(pool, { owner: 'bench' });
+  const stop = new AbortController();
+  const running = [relay.run(stop.signal), watermarker.run(stop.signal)];
+  const committedAt = new Map<bigint, number>();
+  const writers = 4;
+  const perWriter = 1000 / writers;
+  const until = performance.now() + windowMs;
+  await Promise.all(
+    Array.from({ length: writers }, async (_, w) => {
+      const client = await pool.connect();
+      try {
+        const begin = performance.now() + (w * 1000) / perWriter / writers; // stagger the writers
+        for (let i = 0; ; i += 1) {
+          const due = begin + (i * 1000) / perWriter;
+          if (due > until) break;
+          const wait = due - performance.now();
+          if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+          const r = await client.query<{ seq: string }>(
+            `INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('live', 'order.placed', $1, '{"total":1}') RETURNING seq`,
+            [`w${w}`],
+          );
+          committedAt.set(BigInt(r.rows[0]!.seq), performance.now());
+        }
+      } finally {
+        client.release();
+      }
+    }),
+  );
+  const deadline = performance.now() + 10_000;
+  while ([...committedAt.keys()].some((seq) => !sink.ackedAt.has(seq)) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  stop.abort();
+  await Promise.all(running);
+  await relay.close();
+  await watermarker.close();
+  const h = new Histogram();
+  for (const [seq, at] of committedAt) {
+    const acked = sink.ackedAt.get(seq);
+    if (acked !== undefined) h.recordMs(acked - at);
+  }
+  const s = h.summary();
+  return { p50: s.p50, p99: s.p99, max: s.max, count: s.count };
+}
+
+/** Runs `tidemark relay` as a child process until its cursor reaches the stream's last event; its peak RSS. */
+async function relayProcessPeak(pool: pg.Pool, dbUrl: string, natsUrl: string, stream: string): Promise<{ peakMb: number; seconds: number; command: string } | undefined> {
+  const bin = fileURLToPath(new URL('../../../bin/tidemark.js', import.meta.url));
+  const built = fileURLToPath(new URL('../../../dist/cli/main.js', import.meta.url));
+  if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
+  const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
+  const args = ['relay', '--database-url', dbUrl, '--to', natsUrl, '--consumer', 'memory', '--stream', stream, '--nats-stream', 'MEMORY', '--subject', 'memory.{stream}.{kind}', '--create-stream'];
+  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const start = performance.now();
+  let peakKb = 0;
+  try {
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`tidemark relay exited with ${child.exitCode}: ${stderr.trim()}`);
+      const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch(() => '');
+      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
+      const r = await pool.query<{ seq: string }>(`SELECT seq FROM tidemark.cursors WHERE consumer = 'memory' AND stream = $1`, [stream]);
+      if (r.rows[0] && BigInt(r.rows[0].seq) >= last) break;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    const seconds = (performance.now() - start) / 1000;
+    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
+    peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
+    return { peakMb: peakKb / 1024, seconds, command: `tidemark ${args.map((a) => (a === dbUrl ? '<db>' : a)).join(' ')}` };
+  } finally {
+    child.kill('SIGTERM');
+    await exited;
+  }
+}

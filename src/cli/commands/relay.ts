@@ -1,0 +1,89 @@
+/**
+ * `tidemark relay --to URL --consumer NAME --stream S [--stream S2]`: the
+ * flags of the relay role, turned into a sink and relay options before
+ * anything connects. `serve --roles relay` takes the same flags.
+ */
+import { NatsSink } from '../../relay/sinks/nats.js';
+import { RabbitMqSink } from '../../relay/sinks/rabbitmq.js';
+import { resolveRelayOptions, type RelayOptions } from '../../relay/options.js';
+import type { Sink } from '../../relay/sink.js';
+import { echoValue } from '../../options.js';
+import { CliError } from '../cli-error.js';
+import { configured, positiveInt } from '../context.js';
+import { parseDuration } from '../duration.js';
+import { serveCommand, type ServeCommandOptions } from './serve.js';
+
+/** The relay's flags, as commander parses them. */
+export interface RelayFlags {
+  to?: string;
+  consumer?: string;
+  stream?: string[];
+  subject?: string;
+  natsStream?: string;
+  createStream?: boolean;
+  exchange?: string;
+  routingKey?: string;
+  createExchange?: boolean;
+  batch?: string;
+  ackTimeout?: string;
+  restartWithin?: string;
+  poll?: string;
+}
+
+/** The relay role, configured: a sink not yet connected, and checked relay options. */
+export interface RelaySetup {
+  sink: Sink;
+  options: RelayOptions;
+}
+
+const NATS_ONLY = [['subject', '--subject'], ['natsStream', '--nats-stream'], ['createStream', '--create-stream']] as const;
+const AMQP_ONLY = [['exchange', '--exchange'], ['routingKey', '--routing-key'], ['createExchange', '--create-exchange']] as const;
+
+/** Checks the relay flags and builds the sink and options; throws `CliError` naming the flag. Connects to nothing. */
+export function relaySetup(flags: RelayFlags, schema: string): RelaySetup {
+  if (!flags.to) throw new CliError('--to: required: the broker to relay to, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST');
+  if (!flags.consumer) throw new CliError('--consumer: required: the name of the relay\'s cursors');
+  if (!flags.stream || flags.stream.length === 0) throw new CliError('--stream: required: a stream to relay (repeat --stream for more)');
+  let scheme: string;
+  try {
+    scheme = new URL(flags.to).protocol;
+  } catch {
+    throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redact(flags.to))}`);
+  }
+  const nats = scheme === 'nats:' || scheme === 'tls:';
+  const amqp = scheme === 'amqp:' || scheme === 'amqps:';
+  if (!nats && !amqp) throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redact(flags.to))}`);
+  for (const [key, flag] of nats ? AMQP_ONLY : NATS_ONLY) {
+    if (flags[key] !== undefined) throw new CliError(`${flag}: applies to ${nats ? 'amqp://' : 'nats://'} destinations, not ${scheme}//`);
+  }
+  const ackTimeoutMs = flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout');
+  const options: RelayOptions = {
+    consumer: flags.consumer,
+    streams: flags.stream,
+    schema,
+    batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
+    restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
+    pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
+  };
+  const sink = configured<Sink>(() =>
+    nats
+      ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs }))
+      : new RabbitMqSink(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs })),
+  );
+  configured(() => resolveRelayOptions(options));
+  return { sink, options: dropUndefined(options) };
+}
+
+/** `tidemark relay`: `serve` with the relay role alone. */
+export async function relayCommand(options: ServeCommandOptions): Promise<number> {
+  return serveCommand({ ...options, roles: 'relay' }, 'relay');
+}
+
+/** A URL with its password replaced, for messages. */
+export function redact(url: string): string {
+  return url.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/i, '$1:***@');
+}
+
+function dropUndefined<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}
