@@ -134,7 +134,7 @@ async function loadMessages(pool: pg.Pool, stream: string): Promise<RelayMessage
 
 /** The plain publisher: the same messages, js.publish with the same headers, a batch at a time. */
 async function plainPublish(url: string, run: number, messages: RelayMessage[]): Promise<number> {
-  const nc = await connect({ servers: url });
+  const nc = await connect({ servers: url, noAsyncTraces: true }); // as the sink connects
   try {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: `PLAIN_${run}`, subjects: [`plain${run}.>`] });
@@ -217,6 +217,10 @@ async function liveLatency(pool: pg.Pool, url: string, windowMs: number): Promis
   const watermarker = new Watermarker(pool, { owner: 'bench' });
   const stop = new AbortController();
   const running = [relay.run(stop.signal), watermarker.run(stop.signal)];
+  // Warm up: the stream created, the sink connected, the first page relayed; then measure.
+  const warm = await pool.query<{ seq: string }>(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('live', 'warm.up', 'w', '{}') RETURNING seq`);
+  const warmSeq = BigInt(warm.rows[0]!.seq);
+  for (const deadline = performance.now() + 30_000; !sink.ackedAt.has(warmSeq) && performance.now() < deadline; ) await new Promise((r) => setTimeout(r, 20));
   const committedAt = new Map<bigint, number>();
   const writers = 4;
   const perWriter = 1000 / writers;

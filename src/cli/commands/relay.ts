@@ -3,8 +3,6 @@
  * flags of the relay role, turned into a sink and relay options before
  * anything connects. `serve --roles relay` takes the same flags.
  */
-import { NatsSink } from '../../relay/sinks/nats.js';
-import { RabbitMqSink } from '../../relay/sinks/rabbitmq.js';
 import { resolveRelayOptions, type RelayOptions } from '../../relay/options.js';
 import type { Sink } from '../../relay/sink.js';
 import { echoValue } from '../../options.js';
@@ -39,8 +37,12 @@ export interface RelaySetup {
 const NATS_ONLY = [['subject', '--subject'], ['natsStream', '--nats-stream'], ['createStream', '--create-stream']] as const;
 const AMQP_ONLY = [['exchange', '--exchange'], ['routingKey', '--routing-key'], ['createExchange', '--create-exchange']] as const;
 
-/** Checks the relay flags and builds the sink and options; throws `CliError` naming the flag. Connects to nothing. */
-export function relaySetup(flags: RelayFlags, schema: string): RelaySetup {
+/**
+ * Checks the relay flags and builds the sink and options; throws `CliError`
+ * naming the flag. Connects to nothing. Loads only the client library of
+ * the broker named (each one costs memory and start-up time).
+ */
+export async function relaySetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
   if (!flags.to) throw new CliError('--to: required: the broker to relay to, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST');
   if (!flags.consumer) throw new CliError('--consumer: required: the name of the relay\'s cursors');
   if (!flags.stream || flags.stream.length === 0) throw new CliError('--stream: required: a stream to relay (repeat --stream for more)');
@@ -65,10 +67,12 @@ export function relaySetup(flags: RelayFlags, schema: string): RelaySetup {
     restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
     pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
   };
+  const { NatsSink } = nats ? await import('../../relay/sinks/nats.js') : { NatsSink: undefined };
+  const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq.js') : { RabbitMqSink: undefined };
   const sink = configured<Sink>(() =>
-    nats
+    NatsSink
       ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs }))
-      : new RabbitMqSink(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs })),
+      : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs })),
   );
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options) };

@@ -73,7 +73,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   };
   if (roles.has('watermarker')) configured(() => resolveWatermarkerOptions(watermarkerOptions));
   if (roles.has('pruner')) configured(() => resolvePrunerOptions(prunerOptions));
-  const relaying: RelaySetup | undefined = roles.has('relay') ? relaySetup(options, options.schema) : undefined;
+  const relaying: RelaySetup | undefined = roles.has('relay') ? await relaySetup(options, options.schema) : undefined;
   if (!relaying) {
     const given = (['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange'] as const).find((k) => options[k] !== undefined);
     if (given) throw new CliError(`--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: applies to the relay role; add relay to --roles`);
