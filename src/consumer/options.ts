@@ -59,6 +59,16 @@ export interface StreamClientOptions {
    * connection goes unnoticed: `lockTimeoutMs + responseTimeoutMs`. Default 10000.
    */
   responseTimeoutMs?: number;
+  /**
+   * While a full page's `beforeCommit` and COMMIT run, read the next page's
+   * events on a second pooled connection, so the next page only locks the
+   * cursor and checks it (the read ahead is used only when the cursor did
+   * not move meanwhile and nothing above it was pruned; otherwise the page
+   * reads as usual). Pays off when `beforeCommit` waits on something
+   * outside the database, as the relay's broker acknowledgements do. Uses
+   * one more connection per tailer while it reads. Default false.
+   */
+  prefetch?: boolean;
   /** Receives pages, resyncs and listener state changes. Errors it throws go to `onError`. */
   observer?: (event: ConsumerEvent) => void;
   /** Receives errors that do not end a tail: listener failures and observer errors. */
@@ -99,6 +109,9 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
   if (retryMaxMs < retryMinMs) {
     throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
   }
+  if (options.prefetch !== undefined && typeof options.prefetch !== 'boolean') {
+    throw new InvalidOptionsError('prefetch', 'expected a boolean');
+  }
   if (options.retry !== undefined && typeof options.retry !== 'boolean') {
     throw new InvalidOptionsError('retry', 'expected a boolean');
   }
@@ -118,6 +131,7 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
     retryMinMs,
     retryMaxMs,
     responseTimeoutMs: integerOption(options, 'responseTimeoutMs', 10_000, 1, HOUR),
+    prefetch: options.prefetch ?? false,
     observer: options.observer,
     onError: options.onError,
   });

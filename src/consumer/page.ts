@@ -7,6 +7,8 @@ import type { Handler, StreamEvent } from './events.js';
 export interface PageSql {
   begin: (lockTimeoutMs: number) => string;
   read: string;
+  head: string;
+  prefetch: string;
   advance: string;
   resync: string;
   ensureCursor: string;
@@ -42,10 +44,62 @@ SELECT hdr.cursor_seq, hdr.safe_seq, hdr.pruned_through,
      LIMIT $3
   ) e ON true
  ORDER BY e.seq`,
+    // The page's header alone (cursor locked, safe_seq, horizon), for a page
+    // whose events were read ahead by \`prefetch\`.
+    head: `WITH cur AS (
+  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE
+)
+SELECT cur.seq AS cursor_seq, w.safe_seq, coalesce(h.pruned_through_seq, 0) AS pruned_through
+  FROM cur CROSS JOIN ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2`,
+    // The next page's events, read ahead on another connection: one
+    // statement, so safe_seq and the events come from one snapshot, as in
+    // \`read\`. No lock and no horizon: the page that uses them checks both.
+    prefetch: `SELECT ev.seq, ev.kind, ev.key, ev.payload, ev.headers, ev.occurred_at
+  FROM ${s}.events ev
+ WHERE ev.stream = $1 AND ev.seq > $2 AND ev.seq <= (SELECT w.safe_seq FROM ${s}.watermark w)
+ ORDER BY ev.seq
+ LIMIT $3`,
     advance: `UPDATE ${s}.cursors SET seq = $3, updated_at = now() WHERE consumer = $1 AND stream = $2`,
     resync: `UPDATE ${s}.cursors SET resync_count = resync_count + 1, last_resync_at = now() WHERE consumer = $1 AND stream = $2`,
     ensureCursor: `INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`,
   };
+}
+
+interface HeadRow {
+  cursor_seq: string;
+  safe_seq: string;
+  pruned_through: string;
+}
+
+/** An event row as `prefetch` returns it. */
+export interface EventRow {
+  seq: string;
+  kind: string;
+  key: string;
+  payload: StreamEvent['payload'];
+  headers: StreamEvent['headers'];
+  occurred_at: Date;
+}
+
+/**
+ * The next page's events, being read ahead from `after` on another
+ * connection. `rows` resolves to the events read, or to undefined when the
+ * read failed; it never rejects. The page uses them only when they are a
+ * full page (fewer means the read saw an older safe_seq than the page may).
+ */
+export interface Prefetch {
+  after: bigint;
+  rows: Promise<EventRow[] | undefined>;
+}
+
+/** Read-ahead for {@link runPage}: events read ahead for this page, and how to start the next page's read. */
+export interface PageReadAhead {
+  /** Events read ahead for this page; used only when the locked cursor is still at `after` and nothing above it was pruned. */
+  use?: Prefetch;
+  /** How long the page waits for `use` before reading as usual. */
+  waitMs: number;
+  /** Starts reading the next page from `after`; called once a full page's handlers ran, before `beforeCommit`. */
+  next?: (after: bigint) => Prefetch;
 }
 
 interface PageRow {
@@ -69,6 +123,8 @@ export interface PageResult {
   safeSeq: bigint;
   /** The page had `limit` events: page again at once. */
   full: boolean;
+  /** The next page's events, being read ahead (only after a full page, with `readAhead.next`). */
+  prefetch?: Prefetch;
 }
 
 /**
@@ -91,6 +147,7 @@ export async function runPage(
   handler: Handler,
   signal: AbortSignal,
   beforeCommit?: (page: { consumer: string; stream: string; delivered: number; cursor: bigint }) => unknown,
+  readAhead?: PageReadAhead,
 ): Promise<PageResult> {
   const { consumer, stream } = hold;
   const statement = async <T>(run: () => Promise<T>): Promise<T> => {
@@ -103,8 +160,21 @@ export async function runPage(
     }
   };
 
+  const ahead = readAhead?.use ? await within(readAhead.use.rows, readAhead.waitMs) : undefined;
   await statement(() => hold.query(sql.begin(lockTimeoutMs)));
-  const rows = (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
+  let rows: PageRow[] | undefined;
+  if (ahead && ahead.length === limit) {
+    // Events read ahead are this page's events when the cursor is still
+    // where the read started: below safe_seq events are final, so the first
+    // \`limit\` of them above the cursor are the same in every snapshot that
+    // sees them (PROTOCOL §6.2). A horizon above the cursor (events pruned
+    // since) raises the resync below, as for a page read here.
+    const head = (await statement(() => hold.query<HeadRow>(sql.head, [consumer, stream]))).rows[0];
+    if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) {
+      rows = ahead.map((row) => ({ ...head, ...row }));
+    }
+  }
+  rows ??= (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
   const head = rows[0];
   if (!head) {
     await statement(() => hold.query('ROLLBACK'));
@@ -153,6 +223,9 @@ export async function runPage(
     live = false; // a handle kept by a handler can no longer reach this connection
   }
 
+  const full = rows.length >= limit && rows[0]!.seq !== null;
+  // Read the next page while this one's beforeCommit and COMMIT run.
+  const prefetch = full && handled === BigInt(rows[rows.length - 1]!.seq!) ? readAhead?.next?.(handled) : undefined;
   if (handled > cursor && beforeCommit) {
     try {
       await beforeCommit({ consumer, stream, delivered, cursor: handled });
@@ -165,5 +238,16 @@ export async function runPage(
   if (handled > cursor) await statement(() => hold.query(sql.advance, [consumer, stream, handled.toString()]));
   await statement(() => hold.query('COMMIT'));
   if (signal.aborted) throw signal.reason;
-  return { found: true, delivered, cursor: handled, safeSeq, full: rows.length >= limit && rows[0]!.seq !== null };
+  return { found: true, delivered, cursor: handled, safeSeq, full, prefetch };
+}
+
+/** `promise`'s value, or undefined when it takes longer than `ms`. */
+async function within<T>(promise: Promise<T | undefined>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

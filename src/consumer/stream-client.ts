@@ -8,7 +8,8 @@ import { CursorHold } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
-import { pageSql, runPage, type PageSql } from './page.js';
+import { pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
+import { boundedQuery } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 /** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
@@ -134,9 +135,11 @@ export class StreamClient {
         try {
           await this.holding(consumer, stream, signal, async (hold) => {
             held = true;
+            let ahead: Prefetch | undefined;
             for (;;) {
               const generation = this.listener?.generation ?? 0;
-              const page = await this.page(hold, handler, o.batchSize, signal, wake, options.beforeCommit);
+              const page = await this.page(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead);
+              ahead = page.prefetch;
               attempt = 0;
               if (page.full) {
                 wake = 'full';
@@ -175,9 +178,11 @@ export class StreamClient {
       this.holding(consumer, stream, signal, async (hold) => {
       const result: DrainResult = { delivered: 0, cursor: 0n, safeSeq: 0n };
       let wake: WakeReason = 'start';
+      let ahead: Prefetch | undefined;
       do {
         const limit = Math.min(this.options.batchSize, max - result.delivered);
-        const page = await this.page(hold, handler, limit, signal, wake, options.beforeCommit);
+        const page = await this.page(hold, handler, limit, signal, wake, options.beforeCommit, ahead);
+        ahead = page.prefetch;
         result.delivered += page.delivered;
         result.cursor = page.cursor;
         result.safeSeq = page.safeSeq;
@@ -264,9 +269,19 @@ export class StreamClient {
   }
 
   /** One page, creating the cursor row on first use. */
-  private async page(hold: CursorHold, handler: Handler, limit: number, signal: AbortSignal, wake: WakeReason, beforeCommit: TailOptions['beforeCommit']) {
+  private async page(
+    hold: CursorHold,
+    handler: Handler,
+    limit: number,
+    signal: AbortSignal,
+    wake: WakeReason,
+    beforeCommit: TailOptions['beforeCommit'],
+    ahead: Prefetch | undefined,
+  ) {
+    const o = this.options;
+    const readAhead = o.prefetch ? { use: ahead, waitMs: o.responseTimeoutMs, next: (after: bigint) => this.prefetch(hold.stream, after, limit) } : undefined;
     for (let attempt = 1; ; attempt += 1) {
-      const page = await runPage(hold, this.sql, limit, this.options.lockTimeoutMs, handler, signal, beforeCommit);
+      const page = await runPage(hold, this.sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, readAhead);
       if (page.found) {
         this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
         return page;
@@ -286,6 +301,15 @@ export class StreamClient {
         throw hold.translate(err);
       }
     }
+  }
+
+  /** Starts reading `limit` events of `stream` above `after` on a pooled connection of its own (see the `prefetch` option). */
+  private prefetch(stream: string, after: bigint, limit: number): Prefetch {
+    const rows = boundedQuery<EventRow>(this.pool, this.options.responseTimeoutMs, 'reading the next page ahead', this.sql.prefetch, [stream, after.toString(), limit]).then(
+      (r) => r.rows, // runPage uses them only when they are a full page
+      () => undefined, // the page reads as usual
+    );
+    return { after, rows };
   }
 
   private emit(event: ConsumerEvent): void {

@@ -88,6 +88,8 @@ export class Relay {
       responseTimeoutMs: o.responseTimeoutMs,
       retryMinMs: o.retryMinMs,
       retryMaxMs: o.retryMaxMs,
+      // Read the next page while the broker acknowledges this one.
+      prefetch: true,
       onError: o.onError,
       observer: (event) => {
         if (event.type === 'retry') {

@@ -244,6 +244,22 @@ const MUTANTS: Mutant[] = [
     replace: 'if (!isRetryable(cause) && !(cause instanceof SinkError)) throw cause;',
     tests: ['relay/relay'],
   },
+  {
+    id: 'prefetch-short',
+    what: 'use a read-ahead that found fewer than a page (events published since would wait for the next page)',
+    file: 'src/consumer/page.ts',
+    find: 'if (ahead && ahead.length === limit) {',
+    replace: 'if (ahead && ahead.length > 0) {',
+    tests: ['consumer/prefetch'],
+  },
+  {
+    id: 'prefetch-cursor',
+    what: 'use a read-ahead though the cursor is no longer where it started',
+    file: 'src/consumer/page.ts',
+    find: 'if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) {',
+    replace: 'if (head) {',
+    tests: ['consumer/prefetch'],
+  },
 ];
 
 const root = new URL('../../', import.meta.url).pathname;
