@@ -3,7 +3,10 @@ import { execFile } from 'node:child_process';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
-import { closeAdmin, testDb } from './support/db.js';
+import { closeAdmin, testDb, waitFor } from './support/db.js';
+import { exited, startCli } from './support/cli.js';
+import { startNatsServer } from './support/nats-server.js';
+import { Watermarker } from '../src/index.js';
 
 after(closeAdmin);
 
@@ -88,4 +91,63 @@ test('every example can be run again: outbox.ts twice, consumer.ts twice, bootst
   assert.equal(orders.rows[0].n, 2);
   for (const pass of [1, 2]) assert.match(await run('consumer.ts'), /^ada: \d+\nbob: \d+\n/m, `consumer.ts, run ${pass}`);
   for (const pass of [1, 2]) assert.match(await run('bootstrap.ts'), /^rebuilt through seq \d+ \(cursor was \d+\)\nthen delivered 0\n$/, `bootstrap.ts, run ${pass}`);
+});
+
+test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verbatim, and they run as shown, again and again', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  for (const name of ['relay.ts', 'jetstream-consumer.ts']) {
+    assert.ok(readme.includes((await readFile(new URL(`examples/${name}`, root), 'utf8')).trim()), `README.md embeds examples/${name}`);
+  }
+  const nats = await startNatsServer(t);
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
+  const run = async (name: string) =>
+    (
+      await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL(`examples/${name}`, root).pathname], {
+        env: { ...process.env, DATABASE_URL: db.url, NATS_URL: nats.url },
+        cwd: new URL('.', root).pathname,
+        timeout: 60_000,
+      })
+    ).stdout;
+  assert.equal(await run('relay.ts'), 'relayed orders through seq 2\n');
+  const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total":${total}}\n`;
+  assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7));
+  assert.equal(await run('relay.ts'), 'relayed orders through seq 4\n', 'a second run relays only the new events');
+  assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7) + line(3, 42) + line(4, 7), 'each event once, in seq order');
+});
+
+test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the relay command it shows, each event arrives', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  assert.ok(readme.includes((await readFile(new URL('examples/rabbitmq-consumer.ts', root), 'utf8')).trim()), 'README.md embeds examples/rabbitmq-consumer.ts');
+  assert.ok(readme.includes('npx tidemark relay --to amqp://guest:guest@127.0.0.1:5672 --consumer to-rabbit --stream orders --exchange tidemark\n'));
+  // A vhost of the test's own on the shared broker: the example's fixed names cannot meet another run's.
+  const vhost = `tidemark-readme-${process.pid}-${Date.now()}`;
+  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
+  await ctl('add_vhost', vhost);
+  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
+  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
+  const amqp = `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+  const db = await testDb(t);
+  for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
+  }
+  await new Watermarker(db.pool(), { owner: 'readme' }).step();
+  const consumer = () =>
+    promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/rabbitmq-consumer.ts', root).pathname], {
+      env: { ...process.env, AMQP_URL: amqp },
+      cwd: new URL('.', root).pathname,
+      timeout: 60_000,
+    });
+  assert.equal((await consumer()).stdout, '', 'the first run declares the queue; nothing was relayed yet');
+  const relay = startCli(['relay', '--database-url', db.url, '--to', amqp, '--consumer', 'to-rabbit', '--stream', 'orders', '--exchange', 'tidemark']);
+  try {
+    await waitFor('the relay to commit its cursor', async () => {
+      const r = await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'to-rabbit'`);
+      return r.rows[0]?.seq === '2';
+    });
+  } finally {
+    relay.kill('SIGTERM');
+  }
+  assert.equal(await exited(relay), 0);
+  assert.equal((await consumer()).stdout, 'orders.order.placed tidemark:1: {"total":42}\norders.order.placed tidemark:2: {"total":7}\n');
 });
