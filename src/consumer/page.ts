@@ -162,20 +162,25 @@ export async function runPage(
 
   const ahead = readAhead?.use ? await within(readAhead.use.rows, readAhead.waitMs) : undefined;
   await statement(() => hold.query(sql.begin(lockTimeoutMs)));
-  let rows: PageRow[] | undefined;
+  // The page's header and its events: from \`read\` (each row carries the
+  // header), or \`head\` and the events read ahead.
+  let head: HeadRow | undefined;
+  let rows: readonly (EventRow | PageRow)[] = [];
   if (ahead && ahead.length === limit) {
     // Events read ahead are this page's events when the cursor is still
     // where the read started: below safe_seq events are final, so the first
     // \`limit\` of them above the cursor are the same in every snapshot that
     // sees them (PROTOCOL §6.2). A horizon above the cursor (events pruned
     // since) raises the resync below, as for a page read here.
-    const head = (await statement(() => hold.query<HeadRow>(sql.head, [consumer, stream]))).rows[0];
-    if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) {
-      rows = ahead.map((row) => ({ ...head, ...row }));
-    }
+    head = (await statement(() => hold.query<HeadRow>(sql.head, [consumer, stream]))).rows[0];
+    if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) rows = ahead;
+    else head = undefined;
   }
-  rows ??= (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
-  const head = rows[0];
+  if (!head) {
+    const read = (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
+    head = read[0];
+    rows = read[0]?.seq === null ? [] : read;
+  }
   if (!head) {
     await statement(() => hold.query('ROLLBACK'));
     return { found: false, delivered: 0, cursor: 0n, safeSeq: 0n, full: false };
@@ -223,7 +228,7 @@ export async function runPage(
     live = false; // a handle kept by a handler can no longer reach this connection
   }
 
-  const full = rows.length >= limit && rows[0]!.seq !== null;
+  const full = rows.length >= limit;
   // Read the next page while this one's beforeCommit and COMMIT run.
   const prefetch = full && handled === BigInt(rows[rows.length - 1]!.seq!) ? readAhead?.next?.(handled) : undefined;
   if (handled > cursor && beforeCommit) {

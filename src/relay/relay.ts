@@ -133,10 +133,10 @@ export class Relay {
    */
   async run(signal?: AbortSignal): Promise<void> {
     if (this.closed) throw new ClosedError('Relay');
+    if (signal?.aborted) return;
     const stop = new AbortController();
     const forward = () => stop.abort(signal!.reason);
     signal?.addEventListener('abort', forward, { once: true });
-    if (signal?.aborted) return;
     const hardStop = () => stop.abort(this.hard.signal.reason);
     this.hard.signal.addEventListener('abort', hardStop, { once: true });
     try {

@@ -268,7 +268,8 @@ async function relayProcessPeak(pool: pg.Pool, dbUrl: string, natsUrl: string, s
   if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
   const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
   const args = ['relay', '--database-url', dbUrl, '--to', natsUrl, '--consumer', 'memory', '--stream', stream, '--nats-stream', 'MEMORY', '--subject', 'memory.{stream}.{kind}', '--create-stream'];
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  // Run as a user runs it: through its shebang (env execs node in place, so the pid is node's).
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));

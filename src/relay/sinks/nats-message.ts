@@ -61,9 +61,9 @@ export function natsMessage(message: RelayMessage, stream: string, subject: Temp
  * `MsgHdrs` type does not expose it).
  */
 function headerBytes(h: MsgHdrs): number {
-  let text = 'NATS/1.0';
-  for (const [name, values] of h) for (const value of values) text += `\r\n${name}: ${value}`;
-  return Buffer.byteLength(`${text}\r\n\r\n`, 'utf8');
+  let bytes = 'NATS/1.0'.length + 4; // and the closing \r\n\r\n
+  for (const [name, values] of h) for (const value of values) bytes += 4 + Buffer.byteLength(name, 'utf8') + Buffer.byteLength(value, 'utf8'); // \r\n<name>: <value>
+  return bytes;
 }
 
 /**
