@@ -9,7 +9,7 @@ import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
 import { Relay } from '../../relay/relay.js';
-import { isRetryable } from '../../errors.js';
+import { isRetryable, ResyncRequiredError } from '../../errors.js';
 import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
 
 export interface ServeCommandOptions extends GlobalOptions, RelayFlags {
@@ -224,7 +224,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   let stopping!: () => void;
   const stopped = new Promise<void>((resolve) => (stopping = resolve));
   const relayRun = relay?.run(stop.signal).catch((err: unknown) => {
-    fatal = { error: err };
+    fatal = { error: err instanceof ResyncRequiredError ? relayResync(err, options.schema) : err };
     log(`relay stopped: ${oneLine(err)}`);
     stopping();
   });
@@ -263,4 +263,19 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   if (fatal) throw fatal.error;
   log('stopped');
   return 0;
+}
+
+/**
+ * A relay's resync in its own terms: unlike a projection, a relay cannot
+ * rebuild from a snapshot; the events are gone from the database, and only
+ * the operator can decide to go on without them.
+ */
+function relayResync(err: ResyncRequiredError, schema: string): CliError {
+  const q = (text: string) => `'${text.replaceAll("'", "''")}'`;
+  return new CliError(
+    `relay: retention removed events of stream ${JSON.stringify(err.stream)} through seq ${err.prunedThrough} before they were relayed ` +
+      `(consumer ${JSON.stringify(err.consumer)} is at seq ${err.cursor}); they can no longer be published. Republish them from elsewhere if they matter; ` +
+      `to go on without them, with the relay stopped: UPDATE ${schema}.cursors SET seq = ${err.prunedThrough} WHERE consumer = ${q(err.consumer)} AND stream = ${q(err.stream)}`,
+    EXIT.resync,
+  );
 }
