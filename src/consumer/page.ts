@@ -98,8 +98,8 @@ export interface PageReadAhead {
   use?: Prefetch;
   /** How long the page waits for `use` before reading as usual. */
   waitMs: number;
-  /** Starts reading the next page from `after`; called once a full page's handlers ran, before `beforeCommit`. */
-  next?: (after: bigint) => Prefetch;
+  /** Starts reading the next page from `after` (or declines: no free connection); called once a full page's handlers ran, before `beforeCommit`. */
+  next?: (after: bigint) => Prefetch | undefined;
 }
 
 interface PageRow {

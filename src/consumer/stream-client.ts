@@ -304,7 +304,11 @@ export class StreamClient {
   }
 
   /** Starts reading `limit` events of `stream` above `after` on a pooled connection of its own (see the `prefetch` option). */
-  private prefetch(stream: string, after: bigint, limit: number): Prefetch {
+  private prefetch(stream: string, after: bigint, limit: number): Prefetch | undefined {
+    // Only on a connection that is free now: a read ahead queued behind the
+    // pool's other borrowers would hold the next page back, not speed it up.
+    const pool = this.pool as pg.Pool & { options?: { max?: number } };
+    if (pool.idleCount === 0 && pool.totalCount >= (pool.options?.max ?? 10)) return undefined;
     const rows = boundedQuery<EventRow>(this.pool, this.options.responseTimeoutMs, 'reading the next page ahead', this.sql.prefetch, [stream, after.toString(), limit]).then(
       (r) => r.rows, // runPage uses them only when they are a full page
       () => undefined, // the page reads as usual

@@ -48,8 +48,16 @@ export function createPool(options: CreatePoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({
     ...CONNECTION_DEFAULTS,
     ...config,
+    // The caller's server options come after the keepalive ones (a later -c
+    // wins), so setting search_path does not turn keepalive off.
+    options: config.options === undefined ? CONNECTION_DEFAULTS.options : `${CONNECTION_DEFAULTS.options} ${config.options}`,
     idle_in_transaction_session_timeout: idleInTransactionTimeoutMs,
   });
   pool.on('error', (err) => onError?.(err));
+  // A connection that ends while it is being handed over (its FATAL in the
+  // same read as its ReadyForQuery) emits 'error' before the borrower can
+  // listen: without a listener here that would end the process. Borrowers
+  // see the failure on their next statement.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }

@@ -79,7 +79,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     if (given) throw new CliError(`--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: applies to the relay role; add relay to --roles`);
   }
 
-  const db = await openDatabase(options, 6 + (relaying?.options.streams.length ?? 0));
+  const db = await openDatabase(options, 6 + 2 * (relaying?.options.streams.length ?? 0)); // a relayed stream: its page and its read ahead
   const metrics = createMetrics({ pool: db.pool, schema: options.schema });
   const stop = new AbortController();
   const health = {
