@@ -71,6 +71,22 @@ interface HeadRow {
   pruned_through: string;
 }
 
+/**
+ * Thrown by a `beforeCommit` whose page's effects outside the database took
+ * hold only for a prefix (the relay: the broker acknowledged the events up
+ * to `seq`, then refused `failedSeq`): the page commits its cursor at `seq`,
+ * then fails with `HandlerError(failedSeq, cause)`. Internal to tidemark.
+ */
+export class CommitThrough extends Error {
+  constructor(
+    readonly seq: bigint,
+    readonly failedSeq: bigint,
+    override readonly cause: unknown,
+  ) {
+    super(`commit through seq ${seq}, then fail`);
+  }
+}
+
 /** An event row as `prefetch` returns it. */
 export interface EventRow {
   seq: string;
@@ -235,9 +251,16 @@ export async function runPage(
     try {
       await beforeCommit({ consumer, stream, delivered, cursor: handled });
     } catch (err) {
+      if (err instanceof CommitThrough && err.seq > cursor && err.seq < handled && !hold.isBroken) {
+        // The page's effects outside the database took hold up to err.seq:
+        // commit that prefix, then fail on the rest (PROTOCOL §9).
+        await statement(() => hold.query(sql.advance, [consumer, stream, err.seq.toString()]));
+        await statement(() => hold.query('COMMIT'));
+        throw new HandlerError(consumer, stream, err.failedSeq, err.cause);
+      }
       await hold.rollback();
       if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
-      throw new HandlerError(consumer, stream, handled, err);
+      throw new HandlerError(consumer, stream, handled, err instanceof CommitThrough ? err.cause : err);
     }
   }
   if (handled > cursor) await statement(() => hold.query(sql.advance, [consumer, stream, handled.toString()]));

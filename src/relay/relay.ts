@@ -3,6 +3,7 @@ import { ClosedError, HandlerError, InvalidOptionsError, SinkError, isRetryable 
 import { sleep } from '../db/acquire.js';
 import { quoteIdent } from '../db/queryable.js';
 import { StreamClient } from '../consumer/stream-client.js';
+import { CommitThrough } from '../consumer/page.js';
 import type { StreamEvent } from '../consumer/events.js';
 import { notifyObserver } from '../observability/callbacks.js';
 import type { RelayEvent } from './events.js';
@@ -26,6 +27,8 @@ interface StreamState {
   attempt: number;
   /** The current page's publish, once acknowledged. */
   acked: { count: number; ms: number; last: StreamEvent } | undefined;
+  /** The first chunk of the next publish: the whole page, or 1 after a failure (doubling within the page). */
+  window: number;
 }
 
 /**
@@ -185,7 +188,7 @@ export class Relay {
   /** Follows one stream until `signal` aborts (resolves) or a non-retryable error (rejects). */
   private async relayStream(stream: string, signal: AbortSignal): Promise<void> {
     const { consumer, schema } = this.options;
-    const state: StreamState = { attempt: 0, acked: undefined };
+    const state: StreamState = { attempt: 0, acked: undefined, window: Number.POSITIVE_INFINITY };
     this.streams.set(stream, state);
     let batch: RelayMessage[] = [];
     const handler = (event: StreamEvent) => {
@@ -195,17 +198,29 @@ export class Relay {
     };
     // Runs after the page's last event, before its cursor advance and COMMIT:
     // the cursor commits only once the broker has acknowledged every event.
+    // After a failure the page goes out in growing chunks (1, 2, 4, ...), so
+    // the refused event goes first and alone, and a failure commits the
+    // acknowledged prefix (CommitThrough): a broker that takes only a few
+    // messages at a time (a full queue) still lets the relay advance.
     const beforeCommit = async () => {
       const messages = batch;
       batch = [];
       state.acked = undefined;
       const started = performance.now();
+      let sent = 0;
       try {
-        await this.sink.publish(messages, this.hard.signal);
+        for (let chunk = state.window; sent < messages.length; chunk *= 2) {
+          const part = sent === 0 && chunk >= messages.length ? messages : messages.slice(sent, sent + chunk);
+          await this.sink.publish(part, this.hard.signal);
+          sent += part.length;
+        }
       } catch (err) {
-        this.emit({ type: 'failed', stream, count: messages.length, error: err });
+        state.window = 1;
+        this.emit({ type: 'failed', stream, count: messages.length - sent, error: err });
+        if (sent > 0) throw new CommitThrough(messages[sent - 1]!.event.seq, messages[sent]!.event.seq, err);
         throw err;
       }
+      state.window = Number.POSITIVE_INFINITY;
       state.acked = { count: messages.length, ms: performance.now() - started, last: messages[messages.length - 1]!.event };
     };
     await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit }));

@@ -20,6 +20,8 @@ export class MemorySink implements Sink {
   onPublish: ((messages: readonly RelayMessage[]) => void) | undefined;
   /** The next publishes fail with these, one each, before anything is acknowledged. */
   readonly failures: SinkError[] = [];
+  /** Like a full queue: each publish call takes at most this many messages, then fails (retryable) on the next. */
+  acceptPerCall: number | undefined;
   /** Fails `open` with this, once. */
   openFailure: SinkError | undefined;
   closed = false;
@@ -36,6 +38,10 @@ export class MemorySink implements Sink {
     this.onPublish?.(messages);
     const failure = this.failures.shift();
     if (failure) throw failure;
+    if (this.acceptPerCall !== undefined && messages.length > this.acceptPerCall) {
+      this.acked.push(...messages.slice(0, this.acceptPerCall));
+      throw new SinkError('memory', `seq ${messages[this.acceptPerCall]!.event.seq}: the queue is full`, { retryable: true, seq: messages[this.acceptPerCall]!.event.seq });
+    }
     if (this.gate) {
       await Promise.race([
         this.gate,

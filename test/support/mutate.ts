@@ -234,7 +234,7 @@ const MUTANTS: Mutant[] = [
     file: 'src/relay/relay.ts',
     find: 'await this.sink.publish(messages, this.hard.signal);',
     replace: 'void this.sink.publish(messages, this.hard.signal).catch(() => undefined);',
-    tests: ['relay/relay'],
+    tests: ['relay/relay.test'],
   },
   {
     id: 'relay-retry-everything',
@@ -242,7 +242,15 @@ const MUTANTS: Mutant[] = [
     file: 'src/relay/relay.ts',
     find: 'if (!isRetryable(cause)) throw cause;',
     replace: 'if (!isRetryable(cause) && !(cause instanceof SinkError)) throw cause;',
-    tests: ['relay/relay'],
+    tests: ['relay/relay.test'],
+  },
+  {
+    id: 'relay-no-prefix-commit',
+    what: 'a page the broker acknowledged only in part commits nothing (a full queue stalls the relay)',
+    file: 'src/relay/relay.ts',
+    find: 'if (sent > 0) throw new CommitThrough(',
+    replace: 'if (sent < 0) throw new CommitThrough(',
+    tests: ['relay/relay.test'],
   },
   {
     id: 'prefetch-short',
