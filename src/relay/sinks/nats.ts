@@ -25,12 +25,13 @@
  * ```
  */
 import { connect, errors, type NatsConnection } from '@nats-io/transport-node';
-import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type PubAck } from '@nats-io/jetstream';
+import { JetStreamApiError, jetstreamManager } from '@nats-io/jetstream';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../errors.js';
 import { checkKnownOptions, echoValue, integerOption } from '../../options.js';
 import type { RelayMessage, Sink, SinkTarget } from '../sink.js';
 import { compileTemplate, type Template } from '../template.js';
 import { natsMessage, type NatsMessage as Outgoing } from './nats-message.js';
+import { AckInbox, type AckFailure } from './nats-acks.js';
 import { firstLine, noJetStream, openStream } from './nats-stream.js';
 import { checkSubjectTemplate, minimalFilters, subjectFilter } from './nats-subject.js';
 import { parseNatsUrl, type NatsServers } from './nats-url.js';
@@ -82,7 +83,8 @@ const OTHER_STREAM = 10060;
 /** A connection and its JetStream client. */
 interface Link {
   nc: NatsConnection;
-  js: JetStreamClient;
+  /** Where JetStream's acknowledgements of this connection's publishes arrive. */
+  acks: AckInbox;
   /** Set while the client is reconnecting; resolved once it reconnected. */
   down: { promise: Promise<void>; resolve: () => void } | undefined;
 }
@@ -167,14 +169,23 @@ export class NatsSink implements Sink {
     // Sent while the client reconnects, messages would be dropped at the reconnection: wait for it.
     if (link.down) await abortable(this.reconnected(link.down.promise), signal);
     this.checkSizes(link.nc, outgoing);
-    const { js } = link;
-    // All requests are written before the first await: one pipelined run, in seq order.
-    const acks = outgoing.map((o) => {
-      const ack = js.publish(o.subject, o.body, { headers: o.headers, timeout: this.ackTimeoutMs });
-      ack.catch(noop); // awaited below in order; a later failure after an earlier one is not unhandled
-      return ack;
-    });
-    await abortable(this.awaitAcks(acks, outgoing), signal);
+    // All messages are written before the first await: one pipelined run, in seq order.
+    const sent: { token: string; acked: Promise<void> }[] = [];
+    try {
+      for (const o of outgoing) sent.push(link.acks.send(o.subject, o.body, o.headers));
+    } catch (err) {
+      link.acks.expire(sent.map((x) => x.token), { kind: 'closed' });
+      for (const x of sent) x.acked.catch(noop);
+      throw this.sendError(err, outgoing[sent.length]!);
+    }
+    for (const x of sent) x.acked.catch(noop); // awaited below in order; a later failure after an earlier one is not unhandled
+    const timer = setTimeout(() => link.acks.expire(sent.map((x) => x.token), { kind: 'timeout' }), this.ackTimeoutMs);
+    try {
+      await abortable(this.awaitAcks(sent.map((x) => x.acked), outgoing), signal);
+    } finally {
+      clearTimeout(timer);
+      link.acks.expire(sent.map((x) => x.token), { kind: 'closed' }); // those still open after a failure or an abort
+    }
   }
 
   /** Closes the connection; idempotent. Every publish the relay waits for has settled by then, so nothing is drained. */
@@ -233,7 +244,8 @@ export class NatsSink implements Sink {
       await nc.close().catch(noop);
       throw new ClosedError('NatsSink');
     }
-    const link: Link = { nc, js: jetstream(nc, { timeout: this.ackTimeoutMs }), down: undefined };
+    const link: Link = { nc, acks: new AckInbox(nc), down: undefined };
+    void nc.closed().then(() => link.acks.failAll({ kind: 'closed' }));
     void (async () => {
       for await (const status of nc.status()) {
         if (status.type === 'disconnect') link.down ??= settable();
@@ -280,39 +292,44 @@ export class NatsSink implements Sink {
     }
   }
 
-  private async awaitAcks(acks: Promise<PubAck>[], outgoing: Outgoing[]): Promise<void> {
+  private async awaitAcks(acks: Promise<void>[], outgoing: Outgoing[]): Promise<void> {
     for (let i = 0; i < acks.length; i += 1) {
-      const o = outgoing[i]!;
       try {
         await acks[i];
-      } catch (err) {
-        throw this.publishError(err, o);
+      } catch (failure) {
+        throw this.ackError(failure as AckFailure, outgoing[i]!);
       }
     }
   }
 
-  private publishError(err: unknown, o: Outgoing): SinkError {
+  private ackError(failure: AckFailure, o: Outgoing): SinkError {
     const at = `publishing the event seq ${o.seq} to ${o.subject}`;
-    if (err instanceof JetStreamApiError) {
-      if (err.code === MESSAGE_TOO_LARGE) {
-        return new SinkError(this.name, `${at}: over the max_msg_size of stream ${this.stream} (${o.bytes} bytes)`, { retryable: false, seq: o.seq, cause: err });
-      }
-      if (err.code === OTHER_STREAM) {
-        return new SinkError(this.name, `${at}: the subject belongs to another stream than ${this.stream}`, { retryable: false, cause: err });
-      }
-      // JetStream's 5xx (no storage now, no quorum) pass; its 4xx are configuration.
-      return new SinkError(this.name, `${at}: JetStream refused it (${firstLine(err)}, error ${err.code})`, { retryable: err.status >= 500, cause: err });
+    switch (failure.kind) {
+      case 'api':
+        if (failure.errCode === MESSAGE_TOO_LARGE) {
+          return new SinkError(this.name, `${at}: over the max_msg_size of stream ${this.stream} (${o.bytes} bytes)`, { retryable: false, seq: o.seq });
+        }
+        if (failure.errCode === OTHER_STREAM) {
+          return new SinkError(this.name, `${at}: the subject belongs to another stream than ${this.stream}`, { retryable: false });
+        }
+        // JetStream's 5xx (no storage now, no quorum) pass; its 4xx are configuration.
+        return new SinkError(this.name, `${at}: JetStream refused it (${failure.description}, error ${failure.errCode})`, { retryable: failure.status >= 500 });
+      case 'timeout':
+        return new SinkError(this.name, `${at}: no acknowledgement within ${this.ackTimeoutMs} ms`, { retryable: true });
+      case 'no-responders':
+        return new SinkError(this.name, `${at}: no JetStream stream answered (the server is restarting, or the stream was deleted)`, { retryable: true });
+      default:
+        return new SinkError(this.name, `${at}: the connection closed before JetStream acknowledged it`, { retryable: true });
     }
-    if (err instanceof errors.TimeoutError) {
-      return new SinkError(this.name, `${at}: no acknowledgement within ${this.ackTimeoutMs} ms`, { retryable: true, cause: err });
-    }
-    if (noJetStream(err)) {
-      return new SinkError(this.name, `${at}: no JetStream stream answered (the server is restarting, or the stream was deleted)`, { retryable: true, cause: err });
-    }
+  }
+
+  /** A message the client would not send. */
+  private sendError(err: unknown, o: Outgoing): SinkError {
+    const at = `publishing the event seq ${o.seq} to ${o.subject}`;
     if (err instanceof errors.InvalidArgumentError || err instanceof errors.InvalidSubjectError) {
       return new SinkError(this.name, `${at}: the client refused it (${firstLine(err)})`, { retryable: false, seq: o.seq, cause: err });
     }
-    return new SinkError(this.name, `${at}: ${firstLine(err)}`, { retryable: true, cause: err }); // a dropped or closed connection
+    return new SinkError(this.name, `${at}: ${firstLine(err)}`, { retryable: true, cause: err }); // a closed connection
   }
 
   private openError(err: unknown): unknown {
