@@ -291,11 +291,6 @@ async function liveLatency(ctx: BenchContext, url: string, windowMs: number): Pr
       if (acked === undefined) missing += 1;
       else h.recordMs(Math.max(0, acked - at));
     }
-    if (process.env.RELAY_DEBUG) {
-      const t0 = Math.min(...report.commits.map(([, at]) => at));
-      const slow = report.commits.filter(([id, at]) => (sink.ackedAt.get(id) ?? at) - at > 60).map(([id, at]) => `${(at - t0).toFixed(0)}:${((sink.ackedAt.get(id) ?? 0) - at).toFixed(0)}`);
-      process.stderr.write(`SLOW ${slow.length}: ${slow.slice(0, 80).join(' ')}\n`);
-    }
     const s = h.summary();
     return { p50: s.p50, p99: s.p99, max: s.max, count: s.count, missing };
   } finally {
