@@ -232,8 +232,8 @@ const MUTANTS: Mutant[] = [
     id: 'relay-commit-before-ack',
     what: 'the relay commits its cursor without waiting for the broker\'s acknowledgements',
     file: 'src/relay/relay.ts',
-    find: 'await this.sink.publish(messages, this.hard.signal);',
-    replace: 'void this.sink.publish(messages, this.hard.signal).catch(() => undefined);',
+    find: 'await this.sink.publish(part, this.hard.signal);',
+    replace: 'void this.sink.publish(part, this.hard.signal).catch(() => undefined);',
     tests: ['relay/relay.test'],
   },
   {
@@ -264,8 +264,8 @@ const MUTANTS: Mutant[] = [
     id: 'prefetch-cursor',
     what: 'use a read-ahead though the cursor is no longer where it started',
     file: 'src/consumer/page.ts',
-    find: 'if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) {',
-    replace: 'if (head) {',
+    find: 'if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) rows = ahead;',
+    replace: 'if (head) rows = ahead;',
     tests: ['consumer/prefetch'],
   },
 ];
