@@ -217,7 +217,11 @@ export class Relay {
       } catch (err) {
         state.window = 1;
         this.emit({ type: 'failed', stream, count: messages.length - sent, error: err });
-        if (sent > 0) throw new CommitThrough(messages[sent - 1]!.event.seq, messages[sent]!.event.seq, err);
+        if (sent > 0) {
+          const last = messages[sent - 1]!.event;
+          this.emit({ type: 'published', stream, count: sent, cursor: last.seq, ackMs: performance.now() - started, lastOccurredAt: last.occurredAt, partial: true });
+          throw new CommitThrough(last.seq, messages[sent]!.event.seq, err);
+        }
         throw err;
       }
       state.window = Number.POSITIVE_INFINITY;

@@ -27,7 +27,7 @@ test('bench --quick: every scenario runs every contender, and tidemark shows no 
   assert.equal(report.contenders.length, 8);
   assert.deepEqual(
     report.scenarios.map((s) => s.id),
-    ['gap-torture', 'stall', 'append-cost', 'writer-latency', 'e2e-latency', 'drain'],
+    ['gap-torture', 'stall', 'append-cost', 'writer-latency', 'e2e-latency', 'drain', 'relay'],
   );
   for (const s of report.scenarios) assert.ok(s.rows.length > 0, s.id);
 

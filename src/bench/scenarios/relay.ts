@@ -48,7 +48,7 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
   const pool = benchPool(url, 8);
   try {
     await tidemarkContender().install(pool);
-    const backlog = ctx.pick(10_000, 100_000);
+    const backlog = ctx.pick(5_000, 100_000);
     ctx.progress.step(`relay: preloading ${backlog.toLocaleString('en-US')} events`);
     await preload(pool, 'bench', backlog);
     await pool.query('VACUUM ANALYZE tidemark.events');
@@ -87,7 +87,7 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
     });
 
     // (c) Peak RSS of the relay process over a large backlog.
-    const big = ctx.pick(100_000, 1_000_000);
+    const big = ctx.pick(20_000, 1_000_000);
     ctx.progress.step(`relay: memory, preloading ${big.toLocaleString('en-US')} events`);
     await preload(pool, 'big', big);
     await new Watermarker(pool, { owner: 'bench' }).step();
