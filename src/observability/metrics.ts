@@ -109,7 +109,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const delivered = new Counter({ name: 'tidemark_delivered_events_total', help: 'Events delivered by this process.', labelNames: ['consumer', 'stream'], registers });
   const listenerErrors = new Counter({ name: 'tidemark_listener_errors_total', help: 'LISTEN connection failures (polling continues).', registers });
 
-  const relayPublished = new Counter({ name: 'tidemark_relay_published_events_total', help: 'Events the broker acknowledged and the relay committed.', labelNames: ['stream'], registers });
+  const relayPublished = new Counter({ name: 'tidemark_relay_published_events_total', help: 'Events the broker acknowledged (the cursor commit follows; after a failed commit they are published, and counted, again).', labelNames: ['stream'], registers });
   const relayFailed = new Counter({ name: 'tidemark_relay_failed_events_total', help: 'Events in pages the broker did not acknowledge (each page is published again or stops the relay).', labelNames: ['stream'], registers });
   const relayRetries = new Counter({ name: 'tidemark_relay_retries_total', help: 'Relay failures retried after a back-off, by source: sink (the broker) or database.', labelNames: ['stream', 'source'], registers });
   const relayAck = new Histogram({ name: 'tidemark_relay_ack_seconds', help: 'Time from sending a page to the broker to its last acknowledgement.', buckets: [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers });

@@ -3,13 +3,12 @@ export type RelayEvent =
   /** The sink connected and its destination checked out. */
   | { type: 'open'; sink: string; description: string }
   /**
-   * A page of `stream` was acknowledged by the broker (all `count` events,
-   * in `ackMs` from the first send to the last acknowledgement) and the
-   * cursor committed at `cursor`. `safeSeq` is what the page read. For the
-   * acknowledged prefix of a page that failed after it, `partial` is true,
-   * `safeSeq` is absent, and the event comes just before that prefix's commit.
+   * The broker acknowledged `count` events of `stream` (in `ackMs` from the
+   * first send to the last acknowledgement), through seq `cursor`; the
+   * cursor's COMMIT follows (if it fails, they are published again). For
+   * the acknowledged prefix of a page that failed after it, `partial` is true.
    */
-  | { type: 'published'; stream: string; count: number; cursor: bigint; safeSeq?: bigint; ackMs: number; lastOccurredAt: Date; partial?: boolean }
+  | { type: 'published'; stream: string; count: number; cursor: bigint; ackMs: number; lastOccurredAt: Date; partial?: boolean }
   /**
    * Relaying `stream` failed with a retryable error (`source` says whose:
    * the broker's or the database's) and goes on after `delayMs` from the

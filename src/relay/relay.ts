@@ -25,8 +25,6 @@ export interface RelayLag {
 interface StreamState {
   /** Retryable failures since the last page that committed. */
   attempt: number;
-  /** The current page's publish, once acknowledged. */
-  acked: { count: number; ms: number; last: StreamEvent } | undefined;
   /** The first chunk of the next publish: the whole page, or 1 after a failure (doubling within the page). */
   window: number;
 }
@@ -98,7 +96,7 @@ export class Relay {
         if (event.type === 'retry') {
           this.emit({ type: 'retry', stream: event.stream, source: 'database', error: event.error, attempt: event.attempt, delayMs: event.delayMs });
         } else if (event.type === 'page' && event.consumer === this.options.consumer) {
-          this.onPage(event.stream, event.cursor, event.safeSeq, event.delivered);
+          this.onPage(event.stream);
         }
       },
     });
@@ -188,7 +186,7 @@ export class Relay {
   /** Follows one stream until `signal` aborts (resolves) or a non-retryable error (rejects). */
   private async relayStream(stream: string, signal: AbortSignal): Promise<void> {
     const { consumer, schema } = this.options;
-    const state: StreamState = { attempt: 0, acked: undefined, window: Number.POSITIVE_INFINITY };
+    const state: StreamState = { attempt: 0, window: Number.POSITIVE_INFINITY };
     this.streams.set(stream, state);
     let batch: RelayMessage[] = [];
     const handler = (event: StreamEvent) => {
@@ -205,7 +203,6 @@ export class Relay {
     const beforeCommit = async () => {
       const messages = batch;
       batch = [];
-      state.acked = undefined;
       const started = performance.now();
       let sent = 0;
       try {
@@ -225,20 +222,18 @@ export class Relay {
         throw err;
       }
       state.window = Number.POSITIVE_INFINITY;
-      state.acked = { count: messages.length, ms: performance.now() - started, last: messages[messages.length - 1]!.event };
+      // Reported here, not after the COMMIT: a stop that aborts the tail right after
+      // its last page commits would otherwise leave that page unreported.
+      const last = messages[messages.length - 1]!.event;
+      this.emit({ type: 'published', stream, count: messages.length, cursor: last.seq, ackMs: performance.now() - started, lastOccurredAt: last.occurredAt });
     };
     await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit }));
   }
 
-  /** The stream client's page event: a page committed, so its acknowledged events are relayed for good. */
-  private onPage(stream: string, cursor: bigint, safeSeq: bigint, delivered: number): void {
+  /** The stream client's page event: a page committed, so the failures before it are over. */
+  private onPage(stream: string): void {
     const state = this.streams.get(stream);
-    if (!state) return;
-    state.attempt = 0;
-    const acked = state.acked;
-    state.acked = undefined;
-    if (delivered === 0 || !acked || acked.last.seq !== cursor) return;
-    this.emit({ type: 'published', stream, count: acked.count, cursor, safeSeq, ackMs: acked.ms, lastOccurredAt: acked.last.occurredAt });
+    if (state) state.attempt = 0;
   }
 
   /**
