@@ -9,7 +9,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from 'node:fs/promises';
-import { connect as tcpConnect, createServer } from 'node:net';
+import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
@@ -45,17 +45,9 @@ export interface NatsServer {
   resume(): void;
 }
 
-/** A port nothing listens on right now (the kernel's pick, released at once). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
+/** A port nothing listens on right now: the embedded server's helper, shared. */
+export { freePort } from '../../src/db/embedded.js';
+import { freePort } from '../../src/db/embedded.js';
 
 /** One attempt: connects to the port and resolves true once the server's INFO line arrives, false when refused or cut. */
 function greets(port: number): Promise<boolean> {
