@@ -202,6 +202,12 @@ export const SQLSTATE = {
   idleInTransactionTimeout: '25P03',
   idleSessionTimeout: '57P05',
   uniqueViolation: '23505',
+  // Raised by tidemark's SQL consumer functions (migration 0006, docs/ERRORS.md).
+  cursorContention: 'TM001',
+  resyncRequired: 'TM002',
+  pageIsolation: 'TM003',
+  advanceWithoutRead: 'TM004',
+  advanceOutOfRange: 'TM005',
 } as const;
 
 /** SQLSTATEs after which the same operation may succeed when simply run again. */

@@ -3,7 +3,7 @@ import { ClosedError, ConnectionLostError, CursorContentionError, SQLSTATE, Tide
 import type { Transaction } from './events.js';
 import { acquire } from '../db/acquire.js';
 import { withDeadline } from '../db/deadline.js';
-import { cursorKey } from '../db/queryable.js';
+import { quoteIdent } from '../db/queryable.js';
 
 /** Resets what a session may carry to the next pool user; refuses to run inside an open transaction. */
 const RELEASE_SQL =
@@ -55,7 +55,6 @@ export class CursorHold {
 
   private constructor(
     readonly client: pg.PoolClient,
-    private readonly key: bigint,
     readonly consumer: string,
     readonly stream: string,
     /** Bound on each of tidemark's own statements on this connection; past it the connection is dropped. */
@@ -79,10 +78,11 @@ export class CursorHold {
    */
   static async open(pool: pg.Pool, schema: string, consumer: string, stream: string, signal: AbortSignal | undefined, boundMs: number): Promise<CursorHold> {
     const client = await acquire(pool, signal);
-    const hold = new CursorHold(client, cursorKey(schema, consumer, stream), consumer, stream, boundMs);
+    const hold = new CursorHold(client, consumer, stream, boundMs);
     let locked: boolean;
     try {
-      const r = await hold.query<{ ok: boolean }>('SELECT pg_catalog.pg_try_advisory_lock($1) AS ok', [hold.key.toString()]);
+      // The same key as a page's transaction-level lock (read_page).
+      const r = await hold.query<{ ok: boolean }>(`SELECT pg_catalog.pg_try_advisory_lock(${quoteIdent(schema)}.cursor_lock_key($1, $2)) AS ok`, [consumer, stream]);
       locked = r.rows[0]!.ok;
     } catch (err) {
       hold.markBroken(err);
@@ -131,13 +131,14 @@ export class CursorHold {
   }
 
   /**
-   * A failed lock of the cursor row: another session outside tidemark's
-   * cursor lock holds it (55P03 after lock_timeout) or changed it after this
-   * transaction's snapshot (40001). Either is contention, as the caller sees it.
+   * A failed lock of the cursor: another session holds its advisory lock
+   * (TM001, from read_page), holds the row outside tidemark's cursor lock
+   * (55P03 after lock_timeout) or changed it after this transaction's
+   * snapshot (40001). Each is contention, as the caller sees it.
    */
   contention(err: unknown): unknown {
     const state = sqlState(err);
-    if (state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
+    if (state === SQLSTATE.cursorContention || state === SQLSTATE.lockNotAvailable || state === SQLSTATE.serializationFailure) {
       return new CursorContentionError(this.consumer, this.stream, { cause: err });
     }
     return this.translate(err);

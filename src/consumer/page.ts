@@ -1,74 +1,72 @@
-import { ConnectionLostError, HandlerError, ResyncRequiredError } from '../errors.js';
-import { quoteIdent } from '../db/queryable.js';
+import type pg from 'pg';
+import { ConnectionLostError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
+import { quoteIdent, quoteLiteral } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler, StreamEvent } from './events.js';
 
 /** The cursor statements of one schema, shared by pages and bootstrap. */
 export interface PageSql {
-  begin: (lockTimeoutMs: number) => string;
-  read: string;
-  head: string;
+  /**
+   * A page's first message: BEGIN, the lock wait bound, `read_page` and
+   * `page_info` (four results). Simple protocol, so the names travel as
+   * quoted literals.
+   */
+  open: (consumer: string, stream: string, limit: number, lockTimeoutMs: number) => string;
+  /** A page's first message when its events were read ahead up to `through`: BEGIN, the bound, `lock_page` (three results). */
+  openAhead: (consumer: string, stream: string, through: bigint, lockTimeoutMs: number) => string;
+  /** `read_page` and `page_info` in a page already open (two results). */
+  read: (consumer: string, stream: string, limit: number) => string;
+  /** A page's last message: the cursor advance (when `seq` is given) and COMMIT. */
+  commit: (consumer: string, stream: string, seq: bigint | undefined) => string;
+  /** After TM002 and a ROLLBACK: counts the resync, returns the cursor and the horizon. */
+  noteResync: string;
   prefetch: string;
   advance: string;
-  resync: string;
   ensureCursor: string;
 }
 
 /**
- * Builds the page statements. `read` is the heart of delivery: in one
- * statement, so in one snapshot, it locks the cursor row, reads the stream's
- * horizon and safe_seq, and pages `cursor < seq <= safe_seq` in seq order.
- * It returns no row when the cursor row does not exist, one row with NULL
- * event columns for an empty page, and otherwise one row per event. It reads
- * no event when the horizon is above the cursor (the caller raises a resync).
+ * Builds the page statements. The page itself is the SQL consumer contract
+ * (migration 0006): `read_page` locks the cursor, checks the horizon and
+ * reads below safe_seq in the transaction's REPEATABLE READ snapshot;
+ * `advance_cursor` moves the cursor within what the page returned. The
+ * TypeScript client runs exactly what a client in any language runs, in two
+ * messages per page.
  */
 export function pageSql(schema: string): PageSql {
   const s = quoteIdent(schema);
+  // Literal: validated integer. SET LOCAL bounds the cursor row lock wait.
+  const begin = (lockTimeoutMs: number) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`;
+  const read = (consumer: string, stream: string, limit: number) => {
+    const names = `${quoteLiteral(consumer)}, ${quoteLiteral(stream)}`;
+    return `SELECT * FROM ${s}.read_page(${names}, ${Math.trunc(limit)}); SELECT * FROM ${s}.page_info(${names})`;
+  };
   return {
-    // Literal: validated integer. SET LOCAL bounds the cursor row lock wait.
-    begin: (lockTimeoutMs) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
-    read: `WITH cur AS (
-  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE
-), hdr AS (
-  SELECT cur.seq AS cursor_seq, w.safe_seq, coalesce(h.pruned_through_seq, 0) AS pruned_through
-    FROM cur CROSS JOIN ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2
-)
-SELECT hdr.cursor_seq, hdr.safe_seq, hdr.pruned_through,
-       e.seq, e.kind, e.key, e.payload, e.headers, e.occurred_at
-  FROM hdr LEFT JOIN LATERAL (
-    SELECT ev.seq, ev.kind, ev.key, ev.payload, ev.headers, ev.occurred_at
-      FROM ${s}.events ev
-     WHERE ev.stream = $2 AND ev.seq > hdr.cursor_seq AND ev.seq <= hdr.safe_seq
-       AND hdr.pruned_through <= hdr.cursor_seq
-     ORDER BY ev.seq
-     LIMIT $3
-  ) e ON true
- ORDER BY e.seq`,
-    // The page's header alone (cursor locked, safe_seq, horizon), for a page
-    // whose events were read ahead by \`prefetch\`.
-    head: `WITH cur AS (
-  SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE
-)
-SELECT cur.seq AS cursor_seq, w.safe_seq, coalesce(h.pruned_through_seq, 0) AS pruned_through
-  FROM cur CROSS JOIN ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2`,
+    open: (consumer, stream, limit, lockTimeoutMs) => `${begin(lockTimeoutMs)}; ${read(consumer, stream, limit)}`,
+    openAhead: (consumer, stream, through, lockTimeoutMs) =>
+      `${begin(lockTimeoutMs)}; SELECT * FROM ${s}.lock_page(${quoteLiteral(consumer)}, ${quoteLiteral(stream)}, ${through.toString()})`,
+    read,
+    commit: (consumer, stream, seq) =>
+      seq === undefined ? 'COMMIT' : `SELECT ${s}.advance_cursor(${quoteLiteral(consumer)}, ${quoteLiteral(stream)}, ${seq.toString()}); COMMIT`,
+    noteResync: `SELECT cursor::text, pruned_through::text FROM ${s}.note_resync($1, $2)`,
     // The next page's events, read ahead on another connection: one
     // statement, so safe_seq and the events come from one snapshot, as in
-    // \`read\`. No lock and no horizon: the page that uses them checks both.
+    // read_page. No lock and no horizon: the page that uses them checks both.
     prefetch: `SELECT ev.seq, ev.kind, ev.key, ev.payload, ev.headers, ev.occurred_at
   FROM ${s}.events ev
  WHERE ev.stream = $1 AND ev.seq > $2 AND ev.seq <= (SELECT w.safe_seq FROM ${s}.watermark w)
  ORDER BY ev.seq
  LIMIT $3`,
+    // Bootstrap's hand-over: the cursor to the snapshot's safe_seq.
     advance: `UPDATE ${s}.cursors SET seq = $3, updated_at = now() WHERE consumer = $1 AND stream = $2`,
-    resync: `UPDATE ${s}.cursors SET resync_count = resync_count + 1, last_resync_at = now() WHERE consumer = $1 AND stream = $2`,
     ensureCursor: `INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`,
   };
 }
 
-interface HeadRow {
-  cursor_seq: string;
+/** The open page's position, as `page_info` and `lock_page` return it. */
+interface PageInfoRow {
+  cursor: string;
   safe_seq: string;
-  pruned_through: string;
 }
 
 /**
@@ -118,22 +116,8 @@ export interface PageReadAhead {
   next?: (after: bigint) => Prefetch | undefined;
 }
 
-interface PageRow {
-  cursor_seq: string;
-  safe_seq: string;
-  pruned_through: string;
-  seq: string | null;
-  kind: string;
-  key: string;
-  payload: StreamEvent['payload'];
-  headers: StreamEvent['headers'];
-  occurred_at: Date;
-}
-
 /** What one page did. */
 export interface PageResult {
-  /** False when the cursor row did not exist; the caller creates it and pages again. */
-  found: boolean;
   delivered: number;
   cursor: bigint;
   safeSeq: bigint;
@@ -144,11 +128,14 @@ export interface PageResult {
 }
 
 /**
- * One page in one REPEATABLE READ transaction on the hold's connection:
- * read, run the handler on each event, advance the cursor, commit.
+ * One page in one REPEATABLE READ transaction on the hold's connection, in
+ * two messages: `BEGIN; read_page; page_info`, the handler on each event,
+ * then `advance_cursor; COMMIT`.
  *
- * - Horizon above the cursor: the resync is counted in a committed
- *   transaction, then `ResyncRequiredError`.
+ * - Horizon above the cursor (TM002): the page rolls back, the resync is
+ *   counted in its own transaction (`note_resync`), then
+ *   `ResyncRequiredError`. Undefined when the cursor is no longer behind the
+ *   horizon by then (a bootstrap moved it): the caller pages again.
  * - Handler error: the page rolls back, then `HandlerError` with the
  *   handler's error as `cause` (or the abort reason itself, when the handler
  *   threw exactly that; or `ConnectionLostError`, when the connection died).
@@ -164,51 +151,57 @@ export async function runPage(
   signal: AbortSignal,
   beforeCommit?: (page: { consumer: string; stream: string; delivered: number; cursor: bigint }) => unknown,
   readAhead?: PageReadAhead,
-): Promise<PageResult> {
+): Promise<PageResult | undefined> {
   const { consumer, stream } = hold;
   const statement = async <T>(run: () => Promise<T>): Promise<T> => {
     try {
       return await run();
     } catch (err) {
-      const failure = hold.contention(err);
+      const failure = sqlState(err) === SQLSTATE.resyncRequired ? err : hold.contention(err);
       await hold.rollback();
       throw failure;
     }
   };
+  const results = async (text: string) => (await hold.query(text)) as unknown as pg.QueryResult[];
 
   const ahead = readAhead?.use ? await within(readAhead.use.rows, readAhead.waitMs) : undefined;
-  await statement(() => hold.query(sql.begin(lockTimeoutMs)));
-  // The page's header and its events: from \`read\` (each row carries the
-  // header), or \`head\` and the events read ahead.
-  let head: HeadRow | undefined;
-  let rows: readonly (EventRow | PageRow)[] = [];
-  if (ahead && ahead.length === limit) {
-    // Events read ahead are this page's events when the cursor is still
-    // where the read started: below safe_seq events are final, so the first
-    // \`limit\` of them above the cursor are the same in every snapshot that
-    // sees them (PROTOCOL §6.2). A horizon above the cursor (events pruned
-    // since) raises the resync below, as for a page read here.
-    head = (await statement(() => hold.query<HeadRow>(sql.head, [consumer, stream]))).rows[0];
-    if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) rows = ahead;
-    else head = undefined;
+  let info: PageInfoRow | undefined;
+  let rows: readonly EventRow[] = [];
+  try {
+    if (ahead && ahead.length === limit) {
+      // Events read ahead are this page's events when the cursor is still
+      // where the read started: below safe_seq events are final, so the
+      // first \`limit\` of them above the cursor are the same in every
+      // snapshot that sees them (PROTOCOL §6.2). lock_page checks the
+      // horizon as read_page does.
+      const opened = await statement(() => results(sql.openAhead(consumer, stream, BigInt(ahead.at(-1)!.seq), lockTimeoutMs)));
+      info = opened[2]!.rows[0] as PageInfoRow;
+      if (BigInt(info.cursor) === readAhead!.use!.after) rows = ahead;
+      else {
+        const read = await statement(() => results(sql.read(consumer, stream, limit)));
+        rows = read[0]!.rows as EventRow[];
+        info = read[1]!.rows[0] as PageInfoRow;
+      }
+    } else {
+      const opened = await statement(() => results(sql.open(consumer, stream, limit, lockTimeoutMs)));
+      rows = opened[2]!.rows as EventRow[];
+      info = opened[3]!.rows[0] as PageInfoRow;
+    }
+  } catch (err) {
+    if (sqlState(err) !== SQLSTATE.resyncRequired) throw err;
+    // Nothing was delivered; the page rolled back. Count the resync in its
+    // own transaction, with the cursor and horizon it found.
+    let noted: { cursor: string; pruned_through: string } | undefined;
+    try {
+      noted = (await hold.query<{ cursor: string; pruned_through: string }>(sql.noteResync, [consumer, stream])).rows[0];
+    } catch (noteErr) {
+      throw hold.translate(noteErr);
+    }
+    if (!noted) return undefined;
+    throw new ResyncRequiredError(consumer, stream, BigInt(noted.cursor), BigInt(noted.pruned_through));
   }
-  if (!head) {
-    const read = (await statement(() => hold.query<PageRow>(sql.read, [consumer, stream, limit]))).rows;
-    head = read[0];
-    rows = read[0]?.seq === null ? [] : read;
-  }
-  if (!head) {
-    await statement(() => hold.query('ROLLBACK'));
-    return { found: false, delivered: 0, cursor: 0n, safeSeq: 0n, full: false };
-  }
-  const cursor = BigInt(head.cursor_seq);
-  const safeSeq = BigInt(head.safe_seq);
-  const prunedThrough = BigInt(head.pruned_through);
-  if (prunedThrough > cursor) {
-    await statement(() => hold.query(sql.resync, [consumer, stream]));
-    await statement(() => hold.query('COMMIT'));
-    throw new ResyncRequiredError(consumer, stream, cursor, prunedThrough);
-  }
+  const cursor = BigInt(info.cursor);
+  const safeSeq = BigInt(info.safe_seq);
 
   let live = true;
   const tx = transaction(hold, () => live, 'the page transaction');
@@ -217,7 +210,7 @@ export async function runPage(
   let delivered = 0;
   try {
     for (const row of rows) {
-      if (row.seq === null || signal.aborted) break;
+      if (signal.aborted) break;
       const event: StreamEvent = {
         seq: BigInt(row.seq),
         stream,
@@ -246,7 +239,7 @@ export async function runPage(
 
   const full = rows.length >= limit;
   // Read the next page while this one's beforeCommit and COMMIT run.
-  const prefetch = full && handled === BigInt(rows[rows.length - 1]!.seq!) ? readAhead?.next?.(handled) : undefined;
+  const prefetch = full && handled === BigInt(rows[rows.length - 1]!.seq) ? readAhead?.next?.(handled) : undefined;
   if (handled > cursor && beforeCommit) {
     try {
       await beforeCommit({ consumer, stream, delivered, cursor: handled });
@@ -254,8 +247,7 @@ export async function runPage(
       if (err instanceof CommitThrough && err.seq > cursor && err.seq < handled && !hold.isBroken) {
         // The page's effects outside the database took hold up to err.seq:
         // commit that prefix, then fail on the rest (PROTOCOL §9).
-        await statement(() => hold.query(sql.advance, [consumer, stream, err.seq.toString()]));
-        await statement(() => hold.query('COMMIT'));
+        await statement(() => hold.query(sql.commit(consumer, stream, err.seq)));
         throw new HandlerError(consumer, stream, err.failedSeq, err.cause);
       }
       await hold.rollback();
@@ -263,10 +255,9 @@ export async function runPage(
       throw new HandlerError(consumer, stream, handled, err instanceof CommitThrough ? err.cause : err);
     }
   }
-  if (handled > cursor) await statement(() => hold.query(sql.advance, [consumer, stream, handled.toString()]));
-  await statement(() => hold.query('COMMIT'));
+  await statement(() => hold.query(sql.commit(consumer, stream, handled > cursor ? handled : undefined)));
   if (signal.aborted) throw signal.reason;
-  return { found: true, delivered, cursor: handled, safeSeq, full, prefetch };
+  return { delivered, cursor: handled, safeSeq, full, prefetch };
 }
 
 /** `promise`'s value, or undefined when it takes longer than `ms`. */

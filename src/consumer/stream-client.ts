@@ -54,8 +54,8 @@ export interface DrainResult {
   safeSeq: bigint;
 }
 
-/** How often a page finds the cursor row missing (first use, or deleted meanwhile) before giving up. */
-const CURSOR_CREATE_ATTEMPTS = 3;
+/** How often a page may find a resync that is gone by the time it is counted before giving up. */
+const RESYNC_ATTEMPTS = 3;
 
 /**
  * Follows streams below safe_seq with durable cursors: ordered, exactly once
@@ -261,6 +261,15 @@ export class StreamClient {
     const hold = await CursorHold.open(this.pool, o.schema, consumer, stream, signal, o.lockTimeoutMs + o.responseTimeoutMs);
     const unsubscribe = this.listener?.subscribe();
     try {
+      // Create the cursor row on first use in its own READ COMMITTED
+      // statement (a concurrent creator makes it wait, then do nothing), so
+      // it exists, committed, whatever becomes of the first page. read_page
+      // would create it too, inside the page, and lose it with a rollback.
+      try {
+        await hold.query(this.sql.ensureCursor, [consumer, stream]);
+      } catch (err) {
+        throw hold.translate(err);
+      }
       return await body(hold);
     } finally {
       await unsubscribe?.();
@@ -268,7 +277,7 @@ export class StreamClient {
     }
   }
 
-  /** One page, creating the cursor row on first use. */
+  /** One page (read_page creates the cursor row on first use). */
   private async page(
     hold: CursorHold,
     handler: Handler,
@@ -281,24 +290,18 @@ export class StreamClient {
     const o = this.options;
     const readAhead = o.prefetch ? { use: ahead, waitMs: o.responseTimeoutMs, next: (after: bigint) => this.prefetch(hold.stream, after, limit) } : undefined;
     for (let attempt = 1; ; attempt += 1) {
-      const page = await runPage(hold, this.sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, readAhead);
-      if (page.found) {
+      // Undefined: the page found a resync that a bootstrap resolved before
+      // it was counted; page again.
+      const page = await runPage(hold, this.sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, attempt === 1 ? readAhead : undefined);
+      if (page) {
         this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
         return page;
       }
-      if (attempt >= CURSOR_CREATE_ATTEMPTS) {
+      if (attempt >= RESYNC_ATTEMPTS) {
         throw new Error(
-          `tidemark: the page finds no cursor row of ${JSON.stringify(hold.consumer)}, or no watermark row: ` +
-            `is the schema ${this.options.schema} migrated, and is something deleting rows of its cursors table?`,
+          `tidemark: the cursor of ${JSON.stringify(hold.consumer)} on ${JSON.stringify(hold.stream)} is behind the retention horizon, then not, ${RESYNC_ATTEMPTS} times: ` +
+            'is something moving it outside tidemark?',
         );
-      }
-      // First touch: create the row in its own READ COMMITTED statement. A
-      // concurrent creator makes it wait, then do nothing; either way the
-      // next page finds the row.
-      try {
-        await hold.query(this.sql.ensureCursor, [hold.consumer, hold.stream]);
-      } catch (err) {
-        throw hold.translate(err);
       }
     }
   }

@@ -44,12 +44,15 @@ export function fenceKey(schema: string): bigint {
 }
 
 /**
- * The advisory-lock key a tailer or bootstrap holds for one cursor, so that
- * exactly one runs per (consumer, stream). Distinct from every fence key
- * unless a 64-bit hash collides.
+ * Quotes a string as an SQL literal, for the page statements that travel in
+ * one simple-protocol message (which takes no parameters). The string must
+ * not hold NUL (names are validated without it). Backslashes take the E''
+ * form, so the literal reads the same whatever standard_conforming_strings is.
  */
-export function cursorKey(schema: string, consumer: string, stream: string): bigint {
-  return advisoryKey(`tidemark.cursor:${schema}\u0000${consumer}\u0000${stream}`);
+export function quoteLiteral(value: string): string {
+  if (value.includes('\u0000')) throw new InvalidOptionsError('name', 'a name with NUL cannot be sent to PostgreSQL');
+  const body = value.replaceAll("'", "''");
+  return value.includes('\\') ? `E'${body.replaceAll('\\', '\\\\')}'` : `'${body}'`;
 }
 
 /** Signed 64-bit FNV-1a of a label's UTF-8 bytes: a bigint advisory-lock key. */

@@ -50,7 +50,7 @@ test('tail (follow mode) whose page commit is lost after its lines were written 
       const r = await observer.query<{ pid: number }>(
         `SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
           WHERE a.datname = current_database() AND a.application_name = 'tidemark-cli'
-            AND a.state = 'idle in transaction' AND a.query LIKE '%ORDER BY e.seq%'
+            AND a.state = 'idle in transaction' AND a.query LIKE '%.read_page(%'
             AND a.state_change < pg_catalog.clock_timestamp() - interval '200 ms'
             AND l.relation = 'tidemark.cursors'::regclass AND l.mode = 'RowShareLock' AND l.granted`,
       );

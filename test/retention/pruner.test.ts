@@ -77,7 +77,7 @@ test('retention cannot delete between the horizon check and the page read: one s
   await foreign.query(`SELECT * FROM tidemark.cursors WHERE consumer = 'c' FOR UPDATE`);
   const delivered: StreamEvent[] = [];
   const draining = client.drain('c', 's', (e) => void delivered.push(e));
-  await waitForBlockedStatement(observer, 'WITH cur AS');
+  await waitForBlockedStatement(observer, '.read_page(');
 
   // Meanwhile retention deletes all three events and moves the horizon to 3.
   const pruned = await new Pruner(pool, shortRetention).prune();

@@ -1,0 +1,264 @@
+/**
+ * The consumer contract in SQL (migration 0006): read_page and
+ * advance_cursor, what they deliver and every misuse they refuse, by
+ * SQLSTATE, with nothing written.
+ */
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { CursorContentionError, ResyncRequiredError, StreamClient, Watermarker } from '../../src/index.js';
+import { closeAdmin, insertEvent, testDb, testRole, type Session, type TestDb } from '../support/db.js';
+
+after(closeAdmin);
+
+const RR = 'BEGIN ISOLATION LEVEL REPEATABLE READ';
+
+/** Appends `n` events to `stream`, commits them and publishes them; returns their seqs. */
+async function publish(db: TestDb, n: number, stream = 's'): Promise<bigint[]> {
+  const writer = await db.session('writer');
+  const seqs: bigint[] = [];
+  for (let i = 0; i < n; i += 1) seqs.push(await insertEvent(writer, stream));
+  const watermarker = new Watermarker(db.pool({ max: 1 }), { owner: 'test' });
+  await watermarker.step();
+  await watermarker.close();
+  return seqs;
+}
+
+async function readPage(session: Session, consumer: string, stream: string, max: number): Promise<bigint[]> {
+  const r = await session.query<{ seq: string }>('SELECT seq FROM tidemark.read_page($1, $2, $3)', [consumer, stream, max]);
+  return r.rows.map((row) => BigInt(row.seq));
+}
+
+async function cursorRow(db: TestDb, consumer = 'c', stream = 's'): Promise<{ seq: bigint; resyncCount: number } | undefined> {
+  const r = await db.observer.query(`SELECT seq, resync_count FROM tidemark.cursors WHERE consumer = $1 AND stream = $2`, [consumer, stream]);
+  return r.rows[0] ? { seq: BigInt(r.rows[0].seq), resyncCount: r.rows[0].resync_count } : undefined;
+}
+
+/** The SQLSTATE a statement fails with (it must fail). */
+async function sqlstate(run: Promise<unknown>): Promise<string> {
+  try {
+    await run;
+  } catch (err) {
+    return (err as { code?: string }).code ?? String(err);
+  }
+  assert.fail('expected the statement to fail');
+}
+
+test('a page in SQL: read_page creates the cursor and returns the events below safe_seq in order; advance_cursor commits with the effects', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 5);
+  const other = await publish(db, 2, 'other'); // another stream's events interleave in seq
+  const writer = await db.session('late writer');
+  await writer.query('BEGIN');
+  await insertEvent(writer); // in flight: above safe_seq, never delivered by this page
+  const c = await db.session('consumer');
+  await c.query('CREATE TABLE effects (seq bigint PRIMARY KEY)');
+
+  await c.query(RR);
+  const r = await c.query('SELECT seq, kind, key, payload, headers, occurred_at FROM tidemark.read_page($1, $2, $3)', ['c', 's', 3]);
+  assert.deepEqual(r.rows.map((row) => BigInt(row.seq)), seqs.slice(0, 3));
+  assert.deepEqual(Object.keys(r.rows[0]), ['seq', 'kind', 'key', 'payload', 'headers', 'occurred_at']);
+  assert.ok(r.rows[0].occurred_at instanceof Date);
+  const info = (await c.query('SELECT cursor::text, through::text, advanced_to::text, safe_seq::text FROM tidemark.page_info($1, $2)', ['c', 's'])).rows[0];
+  assert.deepEqual(info, { cursor: '0', through: String(seqs[2]), advanced_to: '0', safe_seq: String(other.at(-1)) });
+  await c.query('INSERT INTO effects SELECT unnest($1::bigint[])', [r.rows.map((row) => row.seq)]);
+  assert.equal((await c.query('SELECT tidemark.advance_cursor($1, $2, $3) AS cursor', ['c', 's', seqs[2]])).rows[0].cursor, String(seqs[2]));
+  assert.equal(await cursorRow(db), undefined, 'nothing is visible before COMMIT');
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db))?.seq, seqs[2]);
+
+  // The next page: the rest of the stream up to safe_seq, a short page.
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 100), seqs.slice(3));
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[4]]);
+  await c.query('COMMIT');
+  // An empty page: NULL (no event applied) leaves the cursor where it is.
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 100), []);
+  assert.equal((await c.query('SELECT tidemark.advance_cursor($1, $2, NULL) AS cursor', ['c', 's'])).rows[0].cursor, String(seqs[4]));
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db))?.seq, seqs[4]);
+  assert.equal((await db.observer.query('SELECT count(*)::int AS n FROM effects')).rows[0].n, 3);
+  await writer.query('ROLLBACK');
+});
+
+test('a rolled-back page leaves the cursor and the effects as they were, and is read again', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 3);
+  const c = await db.session('consumer');
+  await c.query('CREATE TABLE effects (seq bigint PRIMARY KEY)');
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 10), seqs);
+  await c.query('INSERT INTO effects SELECT unnest($1::bigint[])', [seqs]);
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]]);
+  await c.query('ROLLBACK');
+  assert.equal(await cursorRow(db), undefined, 'the cursor row created by the page went with it');
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 10), seqs, 'the same events again');
+  await c.query('ROLLBACK');
+});
+
+test('misuse is refused by SQLSTATE, and nothing is written', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 6);
+  const c = await db.session('consumer');
+
+  // Not REPEATABLE READ: TM003, and no cursor row is created.
+  await c.query('BEGIN');
+  assert.equal(await sqlstate(readPage(c, 'c', 's', 10)), 'TM003');
+  await c.query('ROLLBACK');
+  assert.equal(await sqlstate(readPage(c, 'c', 's', 10)), 'TM003', 'nor in autocommit under READ COMMITTED');
+  assert.equal(await cursorRow(db), undefined);
+
+  // Bad arguments: 22023, naming the argument.
+  await c.query(RR);
+  for (const [args, name] of [
+    [[null, 's', 10], /consumer/],
+    [['', 's', 10], /consumer/],
+    [['c', 'x'.repeat(201), 10], /stream/],
+    [['c', 's', 0], /max_events/],
+    [['c', 's', 100_001], /max_events/],
+    [['c', 's', null], /max_events/],
+  ] as const) {
+    await c.query('SAVEPOINT a');
+    await assert.rejects(c.query('SELECT * FROM tidemark.read_page($1, $2, $3)', [...args]), { code: '22023', message: name });
+    await c.query('ROLLBACK TO SAVEPOINT a');
+  }
+  // An advance without a read in this transaction: TM004.
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]])), 'TM004');
+  await c.query('ROLLBACK');
+
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 3), seqs.slice(0, 3));
+  await c.query('SAVEPOINT a');
+  // Past the last event the page returned (seqs[3] exists, unread): TM005.
+  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[3]]), { code: 'TM005', message: /skips events/ });
+  await c.query('ROLLBACK TO SAVEPOINT a');
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[1]]); // a prefix
+  // Backwards from where this transaction moved it: TM005.
+  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]]), { code: 'TM005', message: /backwards/ });
+  await c.query('ROLLBACK');
+  // Another cursor than the one read: TM004.
+  await c.query(RR);
+  await readPage(c, 'c', 's', 3);
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c2', 's', seqs[0]])), 'TM004');
+  await c.query('ROLLBACK');
+  // A read undone by ROLLBACK TO SAVEPOINT takes its page with it: TM004.
+  await c.query(RR);
+  await c.query('SAVEPOINT before_read');
+  await readPage(c, 'c', 's', 3);
+  await c.query('ROLLBACK TO SAVEPOINT before_read');
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]])), 'TM004');
+  await c.query('ROLLBACK');
+  // A short page may reach safe_seq, not past it.
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 100), seqs);
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[5]! + 1n])), 'TM005');
+  await c.query('ROLLBACK');
+
+  assert.equal(await cursorRow(db), undefined, 'none of it left a cursor row');
+});
+
+test('a second session on the same cursor is refused at once with TM001, whether SQL or TypeScript holds it', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 3);
+  const a = await db.session('a');
+  const b = await db.session('b');
+  await a.query(RR);
+  assert.deepEqual(await readPage(a, 'c', 's', 10), seqs);
+  // b does not wait for a's page: lock_timeout is 0 (wait forever) on this session.
+  await b.query(RR);
+  await assert.rejects(readPage(b, 'c', 's', 10), { code: 'TM001', message: /held by another session/ });
+  await b.query('ROLLBACK');
+  // A TypeScript tailer is refused by the SQL page...
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  await assert.rejects(client.drain('c', 's', () => undefined), CursorContentionError);
+  // ...and, once the SQL page commits, holds the cursor against SQL pages for its whole life.
+  await a.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]]);
+  await a.query('COMMIT');
+  let refused: unknown;
+  const delivered: bigint[] = [];
+  await client.drain('c', 's', async (e) => {
+    delivered.push(e.seq);
+    await b.query(RR);
+    refused = await sqlstate(readPage(b, 'c', 's', 10));
+    await b.query('ROLLBACK');
+  });
+  assert.deepEqual(delivered, seqs.slice(1));
+  assert.equal(refused, 'TM001');
+  // Other cursors are not held.
+  await b.query(RR);
+  assert.deepEqual(await readPage(b, 'c2', 's', 10), seqs);
+  await b.query('ROLLBACK');
+});
+
+test('a horizon above the cursor raises TM002 and delivers nothing; note_resync records it; the client reports RESYNC_REQUIRED', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 4);
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('c', 's', $1)`, [seqs[0]]);
+  await db.observer.query(`INSERT INTO tidemark.horizons (stream, pruned_through_seq) VALUES ('s', $1)`, [seqs[2]]);
+  const c = await db.session('consumer');
+  await c.query(RR);
+  await assert.rejects(readPage(c, 'c', 's', 10), { code: 'TM002', detail: `cursor=${seqs[0]} pruned_through=${seqs[2]}` });
+  await c.query('ROLLBACK');
+  assert.equal((await cursorRow(db))?.resyncCount, 0, 'the error rolled back with its page');
+  const noted = await c.query('SELECT cursor::text, pruned_through::text FROM tidemark.note_resync($1, $2)', ['c', 's']);
+  assert.deepEqual(noted.rows, [{ cursor: String(seqs[0]), pruned_through: String(seqs[2]) }]);
+  assert.deepEqual(await cursorRow(db), { seq: seqs[0], resyncCount: 1 });
+
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  await assert.rejects(client.drain('c', 's', () => assert.fail('nothing is delivered')), (err) => {
+    assert.ok(err instanceof ResyncRequiredError);
+    assert.equal(err.cursor, seqs[0]);
+    assert.equal(err.prunedThrough, seqs[2]);
+    return true;
+  });
+  assert.deepEqual(await cursorRow(db), { seq: seqs[0], resyncCount: 2 });
+  // A cursor at or above the horizon is not behind it: nothing to note.
+  await db.observer.query(`UPDATE tidemark.cursors SET seq = $1`, [seqs[2]]);
+  assert.equal((await c.query('SELECT * FROM tidemark.note_resync($1, $2)', ['c', 's'])).rowCount, 0);
+  assert.equal((await cursorRow(db))?.resyncCount, 2);
+});
+
+test('a consumer role pages its own consumers only: row-level security decides', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 2);
+  const role = testRole(t, 'sqlconsumer');
+  await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['billing'])`, [role]);
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('audit', 's')`);
+  const c = await db.session('consumer');
+  await c.query(`SET ROLE "${role}"`);
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'billing', 's', 10), seqs);
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['billing', 's', seqs[1]]);
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db, 'billing'))?.seq, seqs[1]);
+  for (const consumer of ['audit', 'someone-else']) {
+    await c.query(RR);
+    assert.equal(await sqlstate(readPage(c, consumer, 's', 10)), '42501', `${consumer}: refused`);
+    await c.query('ROLLBACK');
+  }
+  assert.equal((await cursorRow(db, 'audit'))?.seq, 0n);
+  assert.equal(await cursorRow(db, 'someone-else'), undefined);
+});
+
+test('pages of several cursors in one transaction are kept apart', async (t) => {
+  const db = await testDb(t);
+  const s = await publish(db, 2, 's');
+  const u = await publish(db, 2, 'u');
+  const c = await db.session('consumer');
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 1), s.slice(0, 1));
+  assert.deepEqual(await readPage(c, 'c', 'u', 10), u);
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', s[1]])), 'TM005');
+  await c.query('ROLLBACK');
+  await c.query(RR);
+  await readPage(c, 'c', 's', 1);
+  await readPage(c, 'c', 'u', 10);
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', s[0]]);
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 'u', u[1]]);
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db, 'c', 's'))?.seq, s[0]);
+  assert.equal((await cursorRow(db, 'c', 'u'))?.seq, u[1]);
+});
