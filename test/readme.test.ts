@@ -74,6 +74,34 @@ test('the README shows examples/consumer.ts verbatim, and it runs as shown', asy
   assert.deepEqual(totals.rows, [{ customer: 'ada', total: 70 }, { customer: 'bob', total: 24 }]);
 });
 
+test('the README shows examples/consumer.sql verbatim, and psql runs it as shown, on the cursor consumer.ts left', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  const example = await readFile(new URL('examples/consumer.sql', root), 'utf8');
+  assert.ok(readme.includes(example.trim()), 'README.md embeds examples/consumer.sql');
+  const command = 'psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f examples/consumer.sql';
+  assert.ok(readme.includes(command) && example.includes(`-- Run: ${command}`), 'the README and the file show the command the test runs');
+
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // consumer.ts migrates, and leaves the cursor after seq 3
+  const env = { ...process.env, DATABASE_URL: db.url };
+  const cwd = new URL('.', root).pathname;
+  await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/consumer.ts', root).pathname], { env, cwd, timeout: 60_000 });
+  await db.observer.query(
+    `INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', 'ada', '{"total": 7}'), ('orders', 'order.placed', 'cy', '{"total": 1}')`,
+  );
+  const wm = new Watermarker(db.pool({ max: 1 }));
+  assert.equal((await wm.step()).safeSeq, 5n);
+  await wm.close();
+
+  const run = () => promisify(execFile)('sh', ['-c', command], { env, cwd, timeout: 30_000 });
+  const first = await run();
+  assert.equal(first.stdout, 'BEGIN\n events | cursor \n--------+--------\n      2 |      5\n(1 row)\n\nCOMMIT\n');
+  const second = await run();
+  assert.match(second.stdout, /\n {6}0 \| {6}5\n/, 'the next page is empty: the cursor stays at 5');
+  const totals = await db.observer.query('SELECT customer, total::int AS total FROM order_totals ORDER BY customer');
+  assert.deepEqual(totals.rows, [{ customer: 'ada', total: 42 }, { customer: 'bob', total: 12 }, { customer: 'cy', total: 1 }]);
+});
+
 test('every example can be run again: outbox.ts twice, consumer.ts twice, bootstrap.ts twice', async (t) => {
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the examples migrate by themselves
