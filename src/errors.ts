@@ -212,6 +212,7 @@ export const SQLSTATE = {
 
 /** SQLSTATEs after which the same operation may succeed when simply run again. */
 const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
+  SQLSTATE.cursorContention,
   SQLSTATE.serializationFailure,
   SQLSTATE.deadlockDetected,
   SQLSTATE.lockNotAvailable,

@@ -5,8 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { CursorContentionError, ResyncRequiredError, StreamClient, Watermarker } from '../../src/index.js';
-import { closeAdmin, insertEvent, testDb, testRole, type Session, type TestDb } from '../support/db.js';
+import { CursorContentionError, ResyncRequiredError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
+import { closeAdmin, insertEvent, testDb, testRole, waitFor, type Session, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -48,8 +48,9 @@ test('a page in SQL: read_page creates the cursor and returns the events below s
   const seqs = await publish(db, 5);
   const other = await publish(db, 2, 'other'); // another stream's events interleave in seq
   const writer = await db.session('late writer');
+  const unpublished = await insertEvent(writer); // committed, but above safe_seq: not this page's
   await writer.query('BEGIN');
-  await insertEvent(writer); // in flight: above safe_seq, never delivered by this page
+  await insertEvent(writer); // in flight: above safe_seq too
   const c = await db.session('consumer');
   await c.query('CREATE TABLE effects (seq bigint PRIMARY KEY)');
 
@@ -73,7 +74,7 @@ test('a page in SQL: read_page creates the cursor and returns the events below s
   await c.query('COMMIT');
   // An empty page: NULL (no event applied) leaves the cursor where it is.
   await c.query(RR);
-  assert.deepEqual(await readPage(c, 'c', 's', 100), []);
+  assert.deepEqual(await readPage(c, 'c', 's', 100), [], `seq ${unpublished} is committed but not below safe_seq`);
   assert.equal((await c.query('SELECT tidemark.advance_cursor($1, $2, NULL) AS cursor', ['c', 's'])).rows[0].cursor, String(seqs[4]));
   await c.query('COMMIT');
   assert.equal((await cursorRow(db))?.seq, seqs[4]);
@@ -165,7 +166,9 @@ test('a second session on the same cursor is refused at once with TM001, whether
   const b = await db.session('b');
   await a.query(RR);
   assert.deepEqual(await readPage(a, 'c', 's', 10), seqs);
-  // b does not wait for a's page: lock_timeout is 0 (wait forever) on this session.
+  // b does not wait for a's page: TM001 at once, not 55P03 after the row
+  // lock's timeout (bounded here only so that a broken check fails, not hangs).
+  await b.query(`SET lock_timeout = '5s'`);
   await b.query(RR);
   await assert.rejects(readPage(b, 'c', 's', 10), { code: 'TM001', message: /held by another session/ });
   await b.query('ROLLBACK');
@@ -186,6 +189,18 @@ test('a second session on the same cursor is refused at once with TM001, whether
   });
   assert.deepEqual(delivered, seqs.slice(1));
   assert.equal(refused, 'TM001');
+  // Between pages too: a tailer waiting for events still holds its cursor.
+  const stop = new AbortController();
+  const pages: ConsumerEvent[] = [];
+  const observed = new StreamClient(db.pool(), { listen: false, pollIntervalMs: 600_000, observer: (e) => void pages.push(e) });
+  db.defer(() => observed.close());
+  const idle = observed.tail('c3', 's', () => undefined, { signal: stop.signal });
+  idle.catch(() => undefined);
+  await waitFor('the idle tailer to finish its first page', async () => pages.some((e) => e.type === 'page' && e.cursor === seqs[2]));
+  await b.query(RR);
+  assert.equal(await sqlstate(readPage(b, 'c3', 's', 10)), 'TM001', 'a tailer between pages holds its cursor');
+  await b.query('ROLLBACK');
+  stop.abort();
   // Other cursors are not held.
   await b.query(RR);
   assert.deepEqual(await readPage(b, 'c2', 's', 10), seqs);

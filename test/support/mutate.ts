@@ -25,6 +25,7 @@ interface Mutant {
 }
 
 const STEP = 'sql/migrations/0004_observe_step.sql';
+const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
   {
@@ -264,9 +265,97 @@ const MUTANTS: Mutant[] = [
     id: 'prefetch-cursor',
     what: 'use a read-ahead though the cursor is no longer where it started',
     file: 'src/consumer/page.ts',
-    find: 'if (head && BigInt(head.cursor_seq) === readAhead!.use!.after) rows = ahead;',
-    replace: 'if (head) rows = ahead;',
+    find: 'if (BigInt(info.cursor) === readAhead!.use!.after) rows = ahead;',
+    replace: 'if (info) rows = ahead;',
     tests: ['consumer/prefetch'],
+  },
+  {
+    id: 'page-safe-seq',
+    what: 'read_page: deliver events above safe_seq',
+    file: PAGE,
+    find: "     WHERE e.stream = p_stream AND e.seq > v.cursor AND e.seq <= v.safe_seq\n     ORDER BY e.seq\n     LIMIT p_max_events;",
+    replace: "     WHERE e.stream = p_stream AND e.seq > v.cursor\n     ORDER BY e.seq\n     LIMIT p_max_events;",
+    tests: ['consumer/sql-contract', 'consumer/tail'],
+  },
+  {
+    id: 'page-horizon',
+    what: 'read_page: deliver past a retention horizon above the cursor',
+    file: PAGE,
+    find: 'IF v_pruned > v.cursor THEN',
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract', 'retention/pruner'],
+  },
+  {
+    id: 'page-advisory',
+    what: "read_page: page a cursor another session holds",
+    file: PAGE,
+    find: 'IF NOT pg_catalog.pg_try_advisory_xact_lock(v.key) THEN',
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract', 'consumer/sql-consumers'],
+  },
+  {
+    id: 'page-row-lock',
+    what: 'read_page: read the cursor without locking its row',
+    file: PAGE,
+    find: '  SELECT c.seq INTO v.cursor FROM {{schema}}.cursors c\n   WHERE c.consumer = p_consumer AND c.stream = p_stream FOR NO KEY UPDATE;\n  IF NOT FOUND THEN',
+    replace: '  SELECT c.seq INTO v.cursor FROM {{schema}}.cursors c\n   WHERE c.consumer = p_consumer AND c.stream = p_stream;\n  IF NOT FOUND THEN',
+    tests: ['retention/pruner'],
+  },
+  {
+    id: 'page-isolation',
+    what: 'read_page: page outside REPEATABLE READ',
+    file: PAGE,
+    find: "IF pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN",
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract'],
+  },
+  {
+    id: 'page-bound',
+    what: 'read_page: let a full page advance to safe_seq, past events it did not return',
+    file: PAGE,
+    find: 'IF v_count < p_max_events THEN',
+    replace: 'IF true THEN',
+    tests: ['consumer/sql-contract'],
+  },
+  {
+    id: 'advance-skip',
+    what: 'advance_cursor: move past the page',
+    file: PAGE,
+    find: 'IF p_seq > v_through THEN',
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract'],
+  },
+  {
+    id: 'advance-backwards',
+    what: 'advance_cursor: move backwards',
+    file: PAGE,
+    find: 'IF p_seq < v_at THEN',
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract'],
+  },
+  {
+    id: 'advance-without-read',
+    what: 'advance_cursor: move a cursor no page read in this transaction',
+    file: PAGE,
+    find: 'IF v_page IS NULL THEN',
+    replace: 'IF false THEN',
+    tests: ['consumer/sql-contract'],
+  },
+  {
+    id: 'client-advance',
+    what: "StreamClient: commit a page without advancing its cursor",
+    file: 'src/consumer/page.ts',
+    find: 'await statement(() => hold.query(sql.commit(consumer, stream, handled > cursor ? handled : undefined)));',
+    replace: 'await statement(() => hold.query(sql.commit(consumer, stream, undefined)));',
+    tests: ['consumer/tail'],
+  },
+  {
+    id: 'cursor-key',
+    what: "a tailer's session lock on another key than a SQL page's",
+    file: 'src/consumer/cursor-hold.ts',
+    find: '.cursor_lock_key($1, $2)) AS ok`, [consumer, stream]);',
+    replace: '.cursor_lock_key($2, $1)) AS ok`, [consumer, stream]);',
+    tests: ['consumer/sql-contract'],
   },
 ];
 
