@@ -277,3 +277,20 @@ test('pages of several cursors in one transaction are kept apart', async (t) => 
   assert.equal((await cursorRow(db, 'c', 's'))?.seq, s[0]);
   assert.equal((await cursorRow(db, 'c', 'u'))?.seq, u[1]);
 });
+
+test("names with quotes, backslashes and other characters reach the functions intact, whatever standard_conforming_strings is", async (t) => {
+  const db = await testDb(t);
+  const consumer = `o'brien\\x\\' ; SELECT 1; --`;
+  const stream = `s\\'" ü 😀`;
+  const seqs = await publish(db, 2, stream);
+  for (const conforming of ['on', 'off']) {
+    const pool = db.pool({ options: `-c standard_conforming_strings=${conforming}` });
+    const client = new StreamClient(pool, { listen: false });
+    db.defer(() => client.close());
+    const got: bigint[] = [];
+    const r = await client.drain(`${consumer}${conforming}`, stream, (e) => void got.push(e.seq));
+    assert.deepEqual(got, seqs, `standard_conforming_strings=${conforming}`);
+    assert.equal(r.cursor, seqs[1]);
+    assert.equal((await cursorRow(db, `${consumer}${conforming}`, stream))?.seq, seqs[1]);
+  }
+});

@@ -357,6 +357,14 @@ const MUTANTS: Mutant[] = [
     replace: '.cursor_lock_key($2, $1)) AS ok`, [consumer, stream]);',
     tests: ['consumer/sql-contract'],
   },
+  {
+    id: 'literal-quoting',
+    what: 'send names with backslashes as plain literals',
+    file: 'src/db/queryable.ts',
+    find: "return value.includes('\\\\') ? `E'${body.replaceAll('\\\\', '\\\\\\\\')}'` : `'${body}'`;",
+    replace: "return `'${body}'`;",
+    tests: ['consumer/sql-contract'],
+  },
 ];
 
 const root = new URL('../../', import.meta.url).pathname;
