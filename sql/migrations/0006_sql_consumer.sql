@@ -19,6 +19,7 @@
 --   TM003  read_page outside a REPEATABLE READ (or SERIALIZABLE) transaction
 --   TM004  advance_cursor without a read_page of that cursor in this transaction
 --   TM005  advance_cursor backwards, or past the events the page returned
+--   TM006  read_page again before advancing past the events it returned
 
 -- The advisory-lock key of a (consumer, stream) cursor: a tailer holds it
 -- at session level for its life, a page at transaction level. The length
@@ -52,12 +53,22 @@ $$;
 
 -- The pages open in this transaction live in the transaction-local setting
 -- tidemark.pages: a JSON object from cursor_lock_key to
--- [cursor when read, highest seq an advance may reach, cursor now, safe_seq].
+--   [cursor when read, highest seq an advance may reach, cursor now,
+--    safe_seq, seq of the last event returned, transaction id].
 -- set_config(..., true) ends it with the transaction, and a rolled-back
--- savepoint restores it with the row lock it covered.
+-- savepoint restores it with the row lock it covered. An entry whose
+-- transaction id is not this transaction's (a value SET for the session by
+-- hand) counts as no page.
 CREATE FUNCTION {{schema}}.open_pages() RETURNS jsonb
 LANGUAGE sql STABLE AS $$
   SELECT coalesce(nullif(pg_catalog.current_setting('tidemark.pages', true), '')::jsonb, '{}'::jsonb)
+$$;
+
+-- This transaction's page of a cursor (its entry in tidemark.pages), or NULL.
+CREATE FUNCTION {{schema}}.open_page(p_key bigint) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT p FROM (SELECT {{schema}}.open_pages() -> p_key::text AS p) o
+   WHERE (p ->> 5) = pg_catalog.pg_current_xact_id_if_assigned()::text
 $$;
 
 CREATE TYPE {{schema}}.locked_cursor AS (key bigint, cursor bigint, safe_seq bigint);
@@ -73,8 +84,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v {{schema}}.locked_cursor;
   v_pruned bigint;
+  v_page jsonb;
 BEGIN
   v.key := {{schema}}.checked_cursor_key(p_function, p_consumer, p_stream);
+  -- Reading again what this transaction read and did not advance past would
+  -- hand the same events over twice.
+  v_page := {{schema}}.open_page(v.key);
+  IF (v_page ->> 2)::bigint < (v_page ->> 4)::bigint THEN
+    RAISE EXCEPTION 'tidemark: %: this transaction read events of consumer % on stream % up to seq % and advanced only to seq %', p_function,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_page ->> 4, v_page ->> 2
+      USING ERRCODE = 'TM006',
+            HINT = 'Advance past the events the page returned (advance_cursor) before reading the next page in the same transaction.';
+  END IF;
   IF pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
     RAISE EXCEPTION 'tidemark: % must run in a REPEATABLE READ transaction, not %', p_function, pg_catalog.current_setting('transaction_isolation')
       USING ERRCODE = 'TM003',
@@ -115,10 +136,11 @@ END
 $$;
 
 -- Records the page in tidemark.pages.
-CREATE FUNCTION {{schema}}.remember_page(p_key bigint, p_cursor bigint, p_through bigint, p_safe_seq bigint) RETURNS text
+CREATE FUNCTION {{schema}}.remember_page(p_key bigint, p_cursor bigint, p_through bigint, p_safe_seq bigint, p_read_to bigint) RETURNS text
 LANGUAGE sql AS $$
   SELECT pg_catalog.set_config('tidemark.pages',
-    ({{schema}}.open_pages() || pg_catalog.jsonb_build_object(p_key::text, pg_catalog.jsonb_build_array(p_cursor, p_through, p_cursor, p_safe_seq)))::text,
+    ({{schema}}.open_pages() || pg_catalog.jsonb_build_object(p_key::text,
+      pg_catalog.jsonb_build_array(p_cursor, p_through, p_cursor, p_safe_seq, p_read_to, pg_catalog.pg_current_xact_id()::text)))::text,
     true)
 $$;
 
@@ -134,6 +156,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v {{schema}}.locked_cursor;
   v_count bigint;
+  v_last bigint;
   v_through bigint;
   v_done text;
 BEGIN
@@ -151,38 +174,57 @@ BEGIN
      ORDER BY e.seq
      LIMIT p_max_events;
   GET DIAGNOSTICS v_count = ROW_COUNT;
-  IF v_count < p_max_events THEN
-    v_through := v.safe_seq; -- every event up to safe_seq was returned
+  IF v_count = 0 THEN
+    v_last := v.cursor;
   ELSE
-    SELECT e.seq INTO v_through FROM {{schema}}.events e
+    SELECT e.seq INTO v_last FROM {{schema}}.events e
      WHERE e.stream = p_stream AND e.seq > v.cursor AND e.seq <= v.safe_seq
-     ORDER BY e.seq OFFSET p_max_events - 1 LIMIT 1;
+     ORDER BY e.seq OFFSET v_count - 1 LIMIT 1;
   END IF;
-  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v.safe_seq);
+  -- A short page returned every event up to safe_seq: the cursor may go
+  -- there. A full page may reach its last event only.
+  v_through := CASE WHEN v_count < p_max_events THEN v.safe_seq ELSE v_last END;
+  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);
 END
 $$;
 
 -- For clients that read a page's events ahead, outside this transaction (the
 -- TypeScript client's prefetch): opens the page as read_page does, reads no
--- event, and lets advance_cursor reach `through` (at most safe_seq). It
--- returns the locked cursor and safe_seq; the events read ahead are this
--- page's only when the cursor is where the read ahead started
--- (docs/PROTOCOL.md, section 6.2). Otherwise call read_page.
-CREATE FUNCTION {{schema}}.lock_page(p_consumer text, p_stream text, p_through bigint,
+-- event, and returns the locked cursor and safe_seq. When the cursor is at
+-- `after`, and (after, through] holds exactly `events` events of the stream
+-- in this snapshot, through at most safe_seq, those are this page's events
+-- (docs/PROTOCOL.md, section 6.2) and advance_cursor may reach `through`;
+-- otherwise 22023. When the cursor is elsewhere, the page may not advance:
+-- call read_page.
+CREATE FUNCTION {{schema}}.lock_page(p_consumer text, p_stream text, p_after bigint, p_through bigint, p_events integer,
                                      OUT cursor bigint, OUT safe_seq bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
   v {{schema}}.locked_cursor;
+  v_found bigint;
   v_done text;
 BEGIN
   v := {{schema}}.lock_cursor('lock_page', p_consumer, p_stream);
-  IF p_through IS NULL OR p_through > v.safe_seq THEN
-    RAISE EXCEPTION 'tidemark: lock_page: through (%) must be at most safe_seq (%)', coalesce(p_through::text, 'NULL'), v.safe_seq
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  v_done := {{schema}}.remember_page(v.key, v.cursor, greatest(v.cursor, p_through), v.safe_seq);
   cursor := v.cursor;
   safe_seq := v.safe_seq;
+  IF v.cursor IS DISTINCT FROM p_after THEN
+    v_done := {{schema}}.remember_page(v.key, v.cursor, v.cursor, v.safe_seq, v.cursor);
+    RETURN;
+  END IF;
+  IF p_through IS NULL OR p_through <= p_after OR p_through > v.safe_seq OR p_events IS NULL OR p_events < 1 THEN
+    RAISE EXCEPTION 'tidemark: lock_page: through must be above after (%) and at most safe_seq (%), and events positive; got through %, events %',
+        p_after, v.safe_seq, coalesce(p_through::text, 'NULL'), coalesce(p_events::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  SELECT pg_catalog.count(*) INTO v_found FROM {{schema}}.events e
+   WHERE e.stream = p_stream AND e.seq > p_after AND e.seq <= p_through;
+  IF v_found <> p_events THEN
+    RAISE EXCEPTION 'tidemark: lock_page: stream % holds % events in (%, %], not %: the events read ahead are not this page''s',
+        pg_catalog.quote_literal(p_stream), v_found, p_after, p_through, p_events
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Read ahead with one statement bounded by safe_seq, or call read_page.';
+  END IF;
+  v_done := {{schema}}.remember_page(v.key, v.cursor, p_through, v.safe_seq, p_through);
 END
 $$;
 
@@ -193,7 +235,7 @@ CREATE FUNCTION {{schema}}.page_info(p_consumer text, p_stream text)
 RETURNS TABLE (cursor bigint, through bigint, advanced_to bigint, safe_seq bigint)
 LANGUAGE sql STABLE AS $$
   SELECT (p ->> 0)::bigint, (p ->> 1)::bigint, (p ->> 2)::bigint, (p ->> 3)::bigint
-    FROM (SELECT {{schema}}.open_pages() -> {{schema}}.cursor_lock_key(p_consumer, p_stream)::text AS p) o
+    FROM (SELECT {{schema}}.open_page({{schema}}.cursor_lock_key(p_consumer, p_stream)) AS p) o
    WHERE p IS NOT NULL
 $$;
 
@@ -213,7 +255,7 @@ DECLARE
 BEGIN
   v_key := {{schema}}.checked_cursor_key('advance_cursor', p_consumer, p_stream)::text;
   v_pages := {{schema}}.open_pages();
-  v_page := v_pages -> v_key;
+  v_page := {{schema}}.open_page(v_key::bigint);
   IF v_page IS NULL THEN
     RAISE EXCEPTION 'tidemark: advance_cursor: no page of consumer % on stream % was read in this transaction', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
       USING ERRCODE = 'TM004',
@@ -229,14 +271,17 @@ BEGIN
       USING ERRCODE = 'TM005';
   END IF;
   IF p_seq > v_through THEN
-    RAISE EXCEPTION 'tidemark: advance_cursor to % skips events the page did not return: its events end at seq %', p_seq, v_through
+    RAISE EXCEPTION 'tidemark: advance_cursor to % skips events the page did not return: it may reach seq % at most', p_seq, v_through
       USING ERRCODE = 'TM005',
             HINT = 'Advance to the seq of the last event applied, then read the next page.';
   END IF;
+  -- Compare and set: the page holds the row locked, so the cursor is where
+  -- the page left it, unless the page's state was forged or the row went.
   UPDATE {{schema}}.cursors c SET seq = p_seq, updated_at = pg_catalog.now()
-   WHERE c.consumer = p_consumer AND c.stream = p_stream;
+   WHERE c.consumer = p_consumer AND c.stream = p_stream AND c.seq = v_at;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'tidemark: advance_cursor: the cursor row of consumer % on stream % is gone', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+    RAISE EXCEPTION 'tidemark: advance_cursor: the cursor of consumer % on stream % is not at seq %, where this transaction''s page left it: moved or deleted under the page, or not this role''s to use',
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_at
       USING ERRCODE = 'object_not_in_prerequisite_state';
   END IF;
   v_done := pg_catalog.set_config('tidemark.pages',

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ConnectionLostError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
-import { quoteIdent, quoteLiteral } from '../db/queryable.js';
+import { quoteIdent, sqlText } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler, StreamEvent } from './events.js';
 
@@ -12,8 +12,8 @@ export interface PageSql {
    * quoted literals.
    */
   open: (consumer: string, stream: string, limit: number, lockTimeoutMs: number) => string;
-  /** A page's first message when its events were read ahead up to `through`: BEGIN, the bound, `lock_page` (three results). */
-  openAhead: (consumer: string, stream: string, through: bigint, lockTimeoutMs: number) => string;
+  /** A page's first message when `events` events were read ahead from `after` up to `through`: BEGIN, the bound, `lock_page` (three results). */
+  openAhead: (consumer: string, stream: string, after: bigint, through: bigint, events: number, lockTimeoutMs: number) => string;
   /** `read_page` and `page_info` in a page already open (two results). */
   read: (consumer: string, stream: string, limit: number) => string;
   /** A page's last message: the cursor advance (when `seq` is given) and COMMIT. */
@@ -38,16 +38,16 @@ export function pageSql(schema: string): PageSql {
   // Literal: validated integer. SET LOCAL bounds the cursor row lock wait.
   const begin = (lockTimeoutMs: number) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`;
   const read = (consumer: string, stream: string, limit: number) => {
-    const names = `${quoteLiteral(consumer)}, ${quoteLiteral(stream)}`;
+    const names = `${sqlText(consumer)}, ${sqlText(stream)}`;
     return `SELECT * FROM ${s}.read_page(${names}, ${Math.trunc(limit)}); SELECT * FROM ${s}.page_info(${names})`;
   };
   return {
     open: (consumer, stream, limit, lockTimeoutMs) => `${begin(lockTimeoutMs)}; ${read(consumer, stream, limit)}`,
-    openAhead: (consumer, stream, through, lockTimeoutMs) =>
-      `${begin(lockTimeoutMs)}; SELECT * FROM ${s}.lock_page(${quoteLiteral(consumer)}, ${quoteLiteral(stream)}, ${through.toString()})`,
+    openAhead: (consumer, stream, after, through, events, lockTimeoutMs) =>
+      `${begin(lockTimeoutMs)}; SELECT * FROM ${s}.lock_page(${sqlText(consumer)}, ${sqlText(stream)}, ${after.toString()}, ${through.toString()}, ${Math.trunc(events)})`,
     read,
     commit: (consumer, stream, seq) =>
-      seq === undefined ? 'COMMIT' : `SELECT ${s}.advance_cursor(${quoteLiteral(consumer)}, ${quoteLiteral(stream)}, ${seq.toString()}); COMMIT`,
+      seq === undefined ? 'COMMIT' : `SELECT ${s}.advance_cursor(${sqlText(consumer)}, ${sqlText(stream)}, ${seq.toString()}); COMMIT`,
     noteResync: `SELECT cursor::text, pruned_through::text FROM ${s}.note_resync($1, $2)`,
     // The next page's events, read ahead on another connection: one
     // statement, so safe_seq and the events come from one snapshot, as in
@@ -171,12 +171,14 @@ export async function runPage(
     if (ahead && ahead.length === limit) {
       // Events read ahead are this page's events when the cursor is still
       // where the read started: below safe_seq events are final, so the
-      // first \`limit\` of them above the cursor are the same in every
+      // first `limit` of them above the cursor are the same in every
       // snapshot that sees them (PROTOCOL §6.2). lock_page checks the
-      // horizon as read_page does.
-      const opened = await statement(() => results(sql.openAhead(consumer, stream, BigInt(ahead.at(-1)!.seq), lockTimeoutMs)));
+      // horizon as read_page does, and that the rows read ahead are all of
+      // the stream's events in their range.
+      const after = readAhead!.use!.after;
+      const opened = await statement(() => results(sql.openAhead(consumer, stream, after, BigInt(ahead.at(-1)!.seq), ahead.length, lockTimeoutMs)));
       info = opened[2]!.rows[0] as PageInfoRow;
-      if (BigInt(info.cursor) === readAhead!.use!.after) rows = ahead;
+      if (BigInt(info.cursor) === after) rows = ahead;
       else {
         const read = await statement(() => results(sql.read(consumer, stream, limit)));
         rows = read[0]!.rows as EventRow[];

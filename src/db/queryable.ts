@@ -44,16 +44,21 @@ export function fenceKey(schema: string): bigint {
 }
 
 /**
- * Quotes a string as an SQL literal, for the page statements that travel in
- * one simple-protocol message (which takes no parameters). The string must
- * not hold NUL (names are validated without it). Backslashes take the E''
- * form, so the literal reads the same whatever standard_conforming_strings is.
+ * A string as an SQL text expression, for the page statements that travel
+ * in one simple-protocol message (which takes no parameters). Names of
+ * letters, digits and `_ . : / @ -` go as plain literals, readable in
+ * pg_stat_activity; any other name goes as its UTF-8 bytes in hex,
+ * `convert_from(decode('…', 'hex'), 'UTF8')`: nothing in it can be read
+ * differently under another client encoding, `standard_conforming_strings`
+ * or `backslash_quote`.
  */
-export function quoteLiteral(value: string): string {
+export function sqlText(value: string): string {
   if (value.includes('\u0000')) throw new InvalidOptionsError('name', 'a name with NUL cannot be sent to PostgreSQL');
-  const body = value.replaceAll("'", "''");
-  return value.includes('\\') ? `E'${body.replaceAll('\\', '\\\\')}'` : `'${body}'`;
+  if (PLAIN_TEXT.test(value)) return `'${value}'`;
+  return `pg_catalog.convert_from(pg_catalog.decode('${Buffer.from(value, 'utf8').toString('hex')}', 'hex'), 'UTF8')`;
 }
+
+const PLAIN_TEXT = /^[A-Za-z0-9_.:/@-]*$/;
 
 /** Signed 64-bit FNV-1a of a label's UTF-8 bytes: a bigint advisory-lock key. */
 function advisoryKey(label: string): bigint {

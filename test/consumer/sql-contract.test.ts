@@ -294,3 +294,101 @@ test("names with quotes, backslashes and other characters reach the functions in
     assert.equal((await cursorRow(db, `${consumer}${conforming}`, stream))?.seq, seqs[1]);
   }
 });
+
+test("lock_page takes events read ahead only when they are all of the stream's events in their range, and only at the cursor they were read from", async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 6);
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('c', 's', $1)`, [seqs[1]]);
+  const c = await db.session('consumer');
+  const lockPage = (after: bigint, through: bigint, events: number) =>
+    c.query<{ cursor: string; safe_seq: string }>('SELECT cursor::text, safe_seq::text FROM tidemark.lock_page($1, $2, $3, $4, $5)', ['c', 's', after, through, events]);
+  const advance = (seq: bigint) => c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seq]);
+
+  // Two events claimed for a range holding four: refused, nothing skipped.
+  await c.query(RR);
+  await assert.rejects(lockPage(seqs[1]!, seqs[5]!, 2), { code: '22023', message: /holds 4 events in .*, not 2/ });
+  await c.query('ROLLBACK');
+  // Beyond safe_seq: refused.
+  await c.query(RR);
+  await assert.rejects(lockPage(seqs[1]!, seqs[5]! + 1n, 5), { code: '22023', message: /at most safe_seq/ });
+  await c.query('ROLLBACK');
+  // Read from another cursor position: the page opens, but may not advance until read_page.
+  await c.query(RR);
+  assert.deepEqual((await lockPage(seqs[0]!, seqs[3]!, 3)).rows, [{ cursor: String(seqs[1]), safe_seq: String(seqs[5]) }]);
+  assert.equal(await sqlstate(advance(seqs[2]!)), 'TM005');
+  await c.query('ROLLBACK');
+  await c.query(RR);
+  await lockPage(seqs[0]!, seqs[3]!, 3);
+  assert.deepEqual(await readPage(c, 'c', 's', 2), seqs.slice(2, 4), 'read_page after it reads from the cursor');
+  await advance(seqs[3]!);
+  await c.query('ROLLBACK');
+  // The right claim: the page may advance through it.
+  await c.query(RR);
+  await lockPage(seqs[1]!, seqs[5]!, 4);
+  await advance(seqs[5]!);
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db))?.seq, seqs[5]);
+});
+
+test('read_page again in one transaction: refused (TM006) until the events it returned are advanced past', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 4);
+  const c = await db.session('consumer');
+  await c.query(RR);
+  assert.deepEqual(await readPage(c, 'c', 's', 2), seqs.slice(0, 2));
+  await assert.rejects(readPage(c, 'c', 's', 2), { code: 'TM006', message: /read events .* up to seq \d+ and advanced only to seq 0/ });
+  await c.query('ROLLBACK');
+  await c.query(RR);
+  assert.deepEqual((await c.query(`SELECT seq FROM tidemark.read_page('c', 's', 2) UNION ALL SELECT seq FROM tidemark.read_page('c', 's', 2)`).catch((err: { code: string }) => err.code)), 'TM006', 'nor twice in one statement');
+  await c.query('ROLLBACK');
+  await c.query(RR);
+  await readPage(c, 'c', 's', 2);
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[1]]);
+  assert.deepEqual(await readPage(c, 'c', 's', 10), seqs.slice(2), 'advanced past: the next page');
+  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[3]]);
+  assert.deepEqual(await readPage(c, 'c', 's', 10), [], 'and an empty page after it');
+  assert.deepEqual(await readPage(c, 'c', 's', 10), [], 'which may be read again');
+  await c.query('COMMIT');
+  assert.equal((await cursorRow(db))?.seq, seqs[3]);
+});
+
+test('a page state set by hand does not open a page: not for the session, and not for a cursor that moved', async (t) => {
+  const db = await testDb(t);
+  const seqs = await publish(db, 3);
+  const c = await db.session('consumer');
+  await c.query(RR);
+  await readPage(c, 'c', 's', 10);
+  const genuine = (await c.query(`SELECT current_setting('tidemark.pages') AS v`)).rows[0].v as string;
+  await c.query('COMMIT');
+  // The same value for the whole session, as SET (or ALTER ROLE ... SET) would leave it.
+  await c.query(`SELECT set_config('tidemark.pages', $1, false)`, [genuine]);
+  await c.query(RR);
+  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]])), 'TM004', 'another transaction\'s page');
+  await c.query('ROLLBACK');
+  await c.query(`RESET tidemark.pages`);
+  // Within a page, a forged position: the cursor is not where the entry says.
+  await c.query(RR);
+  await readPage(c, 'c', 's', 10);
+  await c.query(`SELECT set_config('tidemark.pages', jsonb_set(current_setting('tidemark.pages')::jsonb, ARRAY[tidemark.cursor_lock_key('c', 's')::text, '2'], $1::jsonb)::text, true)`, [String(seqs[0])]);
+  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]]), { code: '55000', message: /is not at seq \d+, where this transaction's page left it/ });
+  await c.query('ROLLBACK');
+  assert.equal((await cursorRow(db))?.seq, 0n);
+});
+
+test('sqlText: any name reads back unchanged under any standard_conforming_strings and backslash_quote', async (t) => {
+  const db = await testDb(t);
+  const c = await db.session('reader');
+  const { sqlText } = await import('../../src/db/queryable.js');
+  const fc = (await import('fast-check')).default;
+  for (const settings of ["SET standard_conforming_strings = on; SET backslash_quote = safe_encoding", "SET standard_conforming_strings = off; SET backslash_quote = on"]) {
+    await c.query(settings);
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: 'binary', maxLength: 40 }).filter((x) => !x.includes('\u0000')), async (name) => {
+        const r = await c.query(`SELECT ${sqlText(name)} AS v`);
+        assert.equal(r.rows[0].v, name);
+      }),
+      { numRuns: 200 },
+    );
+  }
+  assert.equal(sqlText('order-totals'), `'order-totals'`, 'a plain name stays readable');
+});
