@@ -70,7 +70,19 @@ test('a blackholed tailer notices within its response bound, retries, and resume
   });
   const stop = new AbortController();
   let ended: unknown;
-  const tail = client.tail('lib', 's', effectHandler('lib'), { signal: stop.signal }).catch((err: unknown) => {
+  // The path goes dark between a page's handlers and its advance + COMMIT,
+  // so the page's next message is one of tidemark's own (bounded) statements.
+  // A handler's statements are the application's and are not bounded by
+  // tidemark: a path that went dark under one would hang it (README).
+  let darkenAtCommit = false;
+  let blackholedAt: number | undefined;
+  const beforeCommit = () => {
+    if (!darkenAtCommit) return;
+    darkenAtCommit = false;
+    proxy.blackhole();
+    blackholedAt = performance.now();
+  };
+  const tail = client.tail('lib', 's', effectHandler('lib'), { signal: stop.signal, beforeCommit }).catch((err: unknown) => {
     if (!stop.signal.aborted) ended = err ?? new Error('tail ended');
   });
   db.defer(async () => {
@@ -92,9 +104,13 @@ test('a blackholed tailer notices within its response bound, retries, and resume
     30_000,
   );
 
-  proxy.blackhole();
-  const blackholedAt = performance.now();
-  const retries = () => observed.filter((o) => o.at > blackholedAt && (o.event as { type: string }).type === 'retry');
+  darkenAtCommit = true;
+  await waitFor('a page to reach its commit and the path to go dark', async () => {
+    check();
+    return blackholedAt !== undefined;
+  });
+  const darkAt = blackholedAt!;
+  const retries = () => observed.filter((o) => o.at > darkAt && (o.event as { type: string }).type === 'retry');
   const detected = await waitFor(
     'the tailer to notice the blackhole and retry',
     async () => {
@@ -112,7 +128,7 @@ test('a blackholed tailer notices within its response bound, retries, and resume
     },
     5000,
   ).catch(() => undefined);
-  const pagesWhileHeld = observed.filter((o) => o.at > blackholedAt && o.event.type === 'page' && o.event.delivered > 0).length;
+  const pagesWhileHeld = observed.filter((o) => o.at > darkAt && o.event.type === 'page' && o.event.delivered > 0).length;
   proxy.heal();
   const healedAt = performance.now();
 
@@ -134,10 +150,10 @@ test('a blackholed tailer notices within its response bound, retries, and resume
   const deliveries = observed.filter((o) => o.event.type === 'page' && o.event.delivered > 0).map((o) => o.at);
   const resumed = firstAfter(deliveries, healedAt);
   t.diagnostic(
-    `detected ${ms(detected.at - blackholedAt)} after the blackhole (bound: lockTimeoutMs + responseTimeoutMs = ${1000 + RESPONSE_TIMEOUT_MS} ms after the stalled statement began); ` +
-      `blackholed for ${ms(healedAt - blackholedAt)}, ${pagesWhileHeld} pages delivered meanwhile; first delivery ${ms(resumed === undefined ? undefined : resumed - healedAt)} after the heal`,
+    `detected ${ms(detected.at - darkAt)} after the blackhole (bound: lockTimeoutMs + responseTimeoutMs = ${1000 + RESPONSE_TIMEOUT_MS} ms after the stalled statement began); ` +
+      `blackholed for ${ms(healedAt - darkAt)}, ${pagesWhileHeld} pages delivered meanwhile; first delivery ${ms(resumed === undefined ? undefined : resumed - healedAt)} after the heal`,
   );
-  t.diagnostic(`retries (times from the blackhole):\n${describeRetries(observed, blackholedAt).join('\n')}`);
+  t.diagnostic(`retries (times from the blackhole):\n${describeRetries(observed, darkAt).join('\n')}`);
 });
 
 /** Logs every change of safe_seq or of the lease, with the lease it was made under. */
