@@ -8,8 +8,8 @@ import type { Handler, StreamEvent } from './events.js';
 export interface PageSql {
   /**
    * A page's first message: BEGIN, the lock wait bound, `read_page` and
-   * `page_info` (four results). Simple protocol, so the names travel as
-   * quoted literals.
+   * `page_info` (four results). Simple protocol, so the names travel in
+   * the text (`sqlText`).
    */
   open: (consumer: string, stream: string, limit: number, lockTimeoutMs: number) => string;
   /** A page's first message when `events` events were read ahead from `after` up to `through`: BEGIN, the bound, `lock_page` (three results). */
