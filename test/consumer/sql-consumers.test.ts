@@ -97,8 +97,10 @@ async function holdCursor(db: TestDb, consumer: string): Promise<pg.Client> {
   return holder.client;
 }
 
+/** Runs a psql script once. Its lock waits are bounded, so a page that waits where it should be refused fails (55P03) instead of hanging. */
 function psqlRun(db: TestDb, script: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return promisify(execFile)(psql!, ['-X', '-v', 'ON_ERROR_STOP=1', '-d', db.url, '-f', script], { timeout: 30_000 }).then(
+  const env = { ...process.env, PGOPTIONS: '-c lock_timeout=5s' };
+  return promisify(execFile)(psql!, ['-X', '-v', 'ON_ERROR_STOP=1', '-d', db.url, '-f', script], { timeout: 30_000, env }).then(
     ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
     (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }),
   );

@@ -28,6 +28,12 @@ async function readPage(session: Session, consumer: string, stream: string, max:
   return r.rows.map((row) => BigInt(row.seq));
 }
 
+/** advance_cursor, returning the cursor it reports. */
+async function advanceCursor(session: Session, consumer: string, stream: string, seq: bigint | undefined): Promise<bigint> {
+  const r = await session.query<{ cursor: string }>('SELECT tidemark.advance_cursor($1, $2, $3) AS cursor', [consumer, stream, seq]);
+  return BigInt(r.rows[0]!.cursor);
+}
+
 async function cursorRow(db: TestDb, consumer = 'c', stream = 's'): Promise<{ seq: bigint; resyncCount: number } | undefined> {
   const r = await db.observer.query(`SELECT seq, resync_count FROM tidemark.cursors WHERE consumer = $1 AND stream = $2`, [consumer, stream]);
   return r.rows[0] ? { seq: BigInt(r.rows[0].seq), resyncCount: r.rows[0].resync_count } : undefined;
@@ -62,7 +68,7 @@ test('a page in SQL: read_page creates the cursor and returns the events below s
   const info = (await c.query('SELECT cursor::text, through::text, advanced_to::text, safe_seq::text FROM tidemark.page_info($1, $2)', ['c', 's'])).rows[0];
   assert.deepEqual(info, { cursor: '0', through: String(seqs[2]), advanced_to: '0', safe_seq: String(other.at(-1)) });
   await c.query('INSERT INTO effects SELECT unnest($1::bigint[])', [r.rows.map((row) => row.seq)]);
-  assert.equal((await c.query('SELECT tidemark.advance_cursor($1, $2, $3) AS cursor', ['c', 's', seqs[2]])).rows[0].cursor, String(seqs[2]));
+  assert.equal(await advanceCursor(c, 'c', 's', seqs[2]), seqs[2]);
   assert.equal(await cursorRow(db), undefined, 'nothing is visible before COMMIT');
   await c.query('COMMIT');
   assert.equal((await cursorRow(db))?.seq, seqs[2]);
@@ -70,12 +76,12 @@ test('a page in SQL: read_page creates the cursor and returns the events below s
   // The next page: the rest of the stream up to safe_seq, a short page.
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 100), seqs.slice(3));
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[4]]);
+  await advanceCursor(c, 'c', 's', seqs[4]);
   await c.query('COMMIT');
   // An empty page: NULL (no event applied) leaves the cursor where it is.
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 100), [], `seq ${unpublished} is committed but not below safe_seq`);
-  assert.equal((await c.query('SELECT tidemark.advance_cursor($1, $2, NULL) AS cursor', ['c', 's'])).rows[0].cursor, String(seqs[4]));
+  assert.equal(await advanceCursor(c, 'c', 's', undefined), seqs[4], 'NULL');
   await c.query('COMMIT');
   assert.equal((await cursorRow(db))?.seq, seqs[4]);
   assert.equal((await db.observer.query('SELECT count(*)::int AS n FROM effects')).rows[0].n, 3);
@@ -90,7 +96,7 @@ test('a rolled-back page leaves the cursor and the effects as they were, and is 
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 10), seqs);
   await c.query('INSERT INTO effects SELECT unnest($1::bigint[])', [seqs]);
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]]);
+  await advanceCursor(c, 'c', 's', seqs[2]);
   await c.query('ROLLBACK');
   assert.equal(await cursorRow(db), undefined, 'the cursor row created by the page went with it');
   await c.query(RR);
@@ -125,35 +131,35 @@ test('misuse is refused by SQLSTATE, and nothing is written', async (t) => {
     await c.query('ROLLBACK TO SAVEPOINT a');
   }
   // An advance without a read in this transaction: TM004.
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]])), 'TM004');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
 
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 3), seqs.slice(0, 3));
   await c.query('SAVEPOINT a');
   // Past the last event the page returned (seqs[3] exists, unread): TM005.
-  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[3]]), { code: 'TM005', message: /skips events/ });
+  await assert.rejects(advanceCursor(c, 'c', 's', seqs[3]), { code: 'TM005', message: /skips events/ });
   await c.query('ROLLBACK TO SAVEPOINT a');
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[1]]); // a prefix
+  await advanceCursor(c, 'c', 's', seqs[1]); // a prefix
   // Backwards from where this transaction moved it: TM005.
-  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]]), { code: 'TM005', message: /backwards/ });
+  await assert.rejects(advanceCursor(c, 'c', 's', seqs[0]), { code: 'TM005', message: /backwards/ });
   await c.query('ROLLBACK');
   // Another cursor than the one read: TM004.
   await c.query(RR);
   await readPage(c, 'c', 's', 3);
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c2', 's', seqs[0]])), 'TM004');
+  assert.equal(await sqlstate(advanceCursor(c, 'c2', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
   // A read undone by ROLLBACK TO SAVEPOINT takes its page with it: TM004.
   await c.query(RR);
   await c.query('SAVEPOINT before_read');
   await readPage(c, 'c', 's', 3);
   await c.query('ROLLBACK TO SAVEPOINT before_read');
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]])), 'TM004');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
   // A short page may reach safe_seq, not past it.
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 100), seqs);
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[5]! + 1n])), 'TM005');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[5]! + 1n)), 'TM005');
   await c.query('ROLLBACK');
 
   assert.equal(await cursorRow(db), undefined, 'none of it left a cursor row');
@@ -177,7 +183,7 @@ test('a second session on the same cursor is refused at once with TM001, whether
   db.defer(() => client.close());
   await assert.rejects(client.drain('c', 's', () => undefined), CursorContentionError);
   // ...and, once the SQL page commits, holds the cursor against SQL pages for its whole life.
-  await a.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[0]]);
+  await advanceCursor(a, 'c', 's', seqs[0]);
   await a.query('COMMIT');
   let refused: unknown;
   const delivered: bigint[] = [];
@@ -246,7 +252,7 @@ test('a consumer role pages its own consumers only: row-level security decides',
   await c.query(`SET ROLE "${role}"`);
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'billing', 's', 10), seqs);
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['billing', 's', seqs[1]]);
+  await advanceCursor(c, 'billing', 's', seqs[1]);
   await c.query('COMMIT');
   assert.equal((await cursorRow(db, 'billing'))?.seq, seqs[1]);
   for (const consumer of ['audit', 'someone-else']) {
@@ -266,13 +272,13 @@ test('pages of several cursors in one transaction are kept apart', async (t) => 
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 1), s.slice(0, 1));
   assert.deepEqual(await readPage(c, 'c', 'u', 10), u);
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', s[1]])), 'TM005');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', s[1])), 'TM005');
   await c.query('ROLLBACK');
   await c.query(RR);
   await readPage(c, 'c', 's', 1);
   await readPage(c, 'c', 'u', 10);
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', s[0]]);
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 'u', u[1]]);
+  await advanceCursor(c, 'c', 's', s[0]);
+  await advanceCursor(c, 'c', 'u', u[1]);
   await c.query('COMMIT');
   assert.equal((await cursorRow(db, 'c', 's'))?.seq, s[0]);
   assert.equal((await cursorRow(db, 'c', 'u'))?.seq, u[1]);
@@ -302,7 +308,6 @@ test("lock_page takes events read ahead only when they are all of the stream's e
   const c = await db.session('consumer');
   const lockPage = (after: bigint, through: bigint, events: number) =>
     c.query<{ cursor: string; safe_seq: string }>('SELECT cursor::text, safe_seq::text FROM tidemark.lock_page($1, $2, $3, $4, $5)', ['c', 's', after, through, events]);
-  const advance = (seq: bigint) => c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seq]);
 
   // Two events claimed for a range holding four: refused, nothing skipped.
   await c.query(RR);
@@ -315,17 +320,17 @@ test("lock_page takes events read ahead only when they are all of the stream's e
   // Read from another cursor position: the page opens, but may not advance until read_page.
   await c.query(RR);
   assert.deepEqual((await lockPage(seqs[0]!, seqs[3]!, 3)).rows, [{ cursor: String(seqs[1]), safe_seq: String(seqs[5]) }]);
-  assert.equal(await sqlstate(advance(seqs[2]!)), 'TM005');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[2])), 'TM005');
   await c.query('ROLLBACK');
   await c.query(RR);
   await lockPage(seqs[0]!, seqs[3]!, 3);
   assert.deepEqual(await readPage(c, 'c', 's', 2), seqs.slice(2, 4), 'read_page after it reads from the cursor');
-  await advance(seqs[3]!);
+  await advanceCursor(c, 'c', 's', seqs[3]);
   await c.query('ROLLBACK');
   // The right claim: the page may advance through it.
   await c.query(RR);
   await lockPage(seqs[1]!, seqs[5]!, 4);
-  await advance(seqs[5]!);
+  await advanceCursor(c, 'c', 's', seqs[5]);
   await c.query('COMMIT');
   assert.equal((await cursorRow(db))?.seq, seqs[5]);
 });
@@ -343,9 +348,9 @@ test('read_page again in one transaction: refused (TM006) until the events it re
   await c.query('ROLLBACK');
   await c.query(RR);
   await readPage(c, 'c', 's', 2);
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[1]]);
+  await advanceCursor(c, 'c', 's', seqs[1]);
   assert.deepEqual(await readPage(c, 'c', 's', 10), seqs.slice(2), 'advanced past: the next page');
-  await c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[3]]);
+  await advanceCursor(c, 'c', 's', seqs[3]);
   assert.deepEqual(await readPage(c, 'c', 's', 10), [], 'and an empty page after it');
   assert.deepEqual(await readPage(c, 'c', 's', 10), [], 'which may be read again');
   await c.query('COMMIT');
@@ -363,14 +368,14 @@ test('a page state set by hand does not open a page: not for the session, and no
   // The same value for the whole session, as SET (or ALTER ROLE ... SET) would leave it.
   await c.query(`SELECT set_config('tidemark.pages', $1, false)`, [genuine]);
   await c.query(RR);
-  assert.equal(await sqlstate(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]])), 'TM004', 'another transaction\'s page');
+  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[2])), 'TM004', 'another transaction\'s page');
   await c.query('ROLLBACK');
   await c.query(`RESET tidemark.pages`);
   // Within a page, a forged position: the cursor is not where the entry says.
   await c.query(RR);
   await readPage(c, 'c', 's', 10);
   await c.query(`SELECT set_config('tidemark.pages', jsonb_set(current_setting('tidemark.pages')::jsonb, ARRAY[tidemark.cursor_lock_key('c', 's')::text, '2'], $1::jsonb)::text, true)`, [String(seqs[0])]);
-  await assert.rejects(c.query('SELECT tidemark.advance_cursor($1, $2, $3)', ['c', 's', seqs[2]]), { code: '55000', message: /is not at seq \d+, where this transaction's page left it/ });
+  await assert.rejects(advanceCursor(c, 'c', 's', seqs[2]), { code: '55000', message: /is not at seq \d+, where this transaction's page left it/ });
   await c.query('ROLLBACK');
   assert.equal((await cursorRow(db))?.seq, 0n);
 });
