@@ -30,7 +30,12 @@ export interface WatermarkProgress {
   safeSeq: bigint;
   /** safe_seq before the step. */
   priorSeq: bigint;
-  /** The identity's last value the step read (S), or null when it did not look (`not_leader`). */
+  /**
+   * The identity's last value the step read (S), or null when it did not
+   * look (`not_leader`). While the sequence has handed out no number since
+   * it was last set (`ALTER SEQUENCE ... RESTART`, `setval(..., false)`),
+   * the highest value a step saw before.
+   */
   lastSeq: bigint | null;
   /** Writers holding the shared fence at this step, or null when the step did not look. */
   holders: number | null;

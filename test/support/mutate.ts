@@ -20,11 +20,14 @@ interface Mutant {
   file: string;
   find: string;
   replace: string;
+  /** Further edits of the same file, each of text found exactly once. */
+  more?: [find: string, replace: string][];
   /** Test file filters that must catch it. */
   tests: string[];
 }
 
-const STEP = 'sql/migrations/0004_observe_step.sql';
+/** The current watermark step and loop (version 7 replaced version 4's). */
+const STEP = 'sql/migrations/0007_fixed_search_path.sql';
 const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
@@ -40,7 +43,7 @@ const MUTANTS: Mutant[] = [
     id: 'candidate-holders',
     what: 'publish a remembered observation while its writers still run',
     file: STEP,
-    find: ' AND NOT ((v_cands[v_keep]).holders && v_h)',
+    find: '\n            AND NOT ((v_cands[v_keep]).holders OPERATOR(pg_catalog.&&) v_h)',
     replace: '',
     tests: ['watermark/step', 'race/savepoints', 'race/torture'],
   },
@@ -96,7 +99,7 @@ const MUTANTS: Mutant[] = [
     id: 'spread',
     what: 'when the observations are full, replace the newest instead of thinning the middle',
     file: STEP,
-    find: 'v_cands := v_cands[1:v_drop - 1] || v_cands[v_drop + 1:];',
+    find: 'v_cands := v_cands[1:v_drop - 1] OPERATOR(pg_catalog.||) v_cands[v_drop + 1:];',
     replace: 'v_cands := v_cands[1:31];',
     tests: ['watermark/step'],
   },
@@ -136,17 +139,66 @@ const MUTANTS: Mutant[] = [
     id: 'sleep-in-transaction',
     what: 'sleep between looks inside the transaction holding the sequence lock',
     file: STEP,
-    find: '      -- it, would wait for the sleep) and pins the xmin horizon.\n      COMMIT;',
-    replace: '      -- it, would wait for the sleep) and pins the xmin horizon.\n      NULL;',
+    find: '    COMMIT;\n    r.committed_at := pg_catalog.clock_timestamp();',
+    replace: '    r.committed_at := pg_catalog.clock_timestamp();',
     tests: ['watermark/loop'],
   },
   {
     id: 'idle-stop-request',
     what: 'look without checking the lease: an idle loop misses the stop request',
     file: STEP,
-    find: '        IF lease_owner IS DISTINCT FROM p_owner THEN\n          COMMIT;',
-    replace: '        IF false THEN\n          COMMIT;',
+    find: '      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
+    replace: '      IF false THEN',
     tests: ['watermark/loop'],
+  },
+  {
+    id: 'search-path',
+    what: "resolve the step's holder check on the caller's search_path (version 4's step)",
+    file: STEP,
+    find: 'LANGUAGE plpgsql VOLATILE\nSET search_path = pg_catalog, pg_temp\nAS $$\n#variable_conflict use_column\nDECLARE\n  w          record;',
+    replace: 'LANGUAGE plpgsql VOLATILE\nAS $$\n#variable_conflict use_column\nDECLARE\n  w          record;',
+    more: [['OPERATOR(pg_catalog.&&)', '&&']],
+    tests: ['schema/search-path'],
+  },
+  {
+    id: 'search-path-missing',
+    what: 'a function of the schema without the fixed search_path',
+    file: STEP,
+    find: 'CREATE FUNCTION {{schema}}.watermarker_finish(r {{schema}}.watermarker_loop) RETURNS {{schema}}.watermarker_loop\nLANGUAGE plpgsql VOLATILE\nSET search_path = pg_catalog, pg_temp\n',
+    replace: 'CREATE FUNCTION {{schema}}.watermarker_finish(r {{schema}}.watermarker_loop) RETURNS {{schema}}.watermarker_loop\nLANGUAGE plpgsql VOLATILE\n',
+    tests: ['schema/search-path'],
+  },
+  {
+    id: 'unset-sequence',
+    what: 'read a sequence that has handed out nothing since it was set as one at 0 (a false rewind)',
+    file: STEP,
+    find: '    v_unset := true;\n    v_s := w.seq_high;',
+    replace: '    v_s := 0;',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'unset-sequence-high',
+    what: 'a sequence that has handed out nothing since it was set stands at safe_seq, not at the highest S seen',
+    file: STEP,
+    find: '    v_s := w.seq_high;',
+    replace: '    v_s := w.safe_seq;',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'loop-unset-idle',
+    what: 'the loop never steps while the sequence has handed out nothing since it was set',
+    file: STEP,
+    find: 'WHEN v_raw IS NULL THEN coalesce(r.last_seq > r.safe_seq, false)',
+    replace: 'WHEN v_raw IS NULL THEN false',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'loop-unset-busy',
+    what: 'the loop steps on every look while the sequence has handed out nothing since it was set',
+    file: STEP,
+    find: 'WHEN v_raw IS NULL THEN coalesce(r.last_seq > r.safe_seq, false)',
+    replace: 'WHEN v_raw IS NULL THEN true',
+    tests: ['watermark/step'],
   },
   {
     id: 'open-transaction',
@@ -434,10 +486,13 @@ async function main(): Promise<number> {
     try {
       await copyTree(dir);
       const path = join(dir, m.file);
-      const text = await readFile(path, 'utf8');
-      const at = text.split(m.find).length - 1;
-      if (at !== 1) throw new Error(`mutant ${m.id}: expected the text once in ${m.file}, found it ${at} times`);
-      await writeFile(path, text.replace(m.find, m.replace));
+      let text = await readFile(path, 'utf8');
+      for (const [find, replace] of [[m.find, m.replace] as const, ...(m.more ?? [])]) {
+        const at = text.split(find).length - 1;
+        if (at !== 1) throw new Error(`mutant ${m.id}: expected the text once in ${m.file}, found it ${at} times`);
+        text = text.replace(find, () => replace);
+      }
+      await writeFile(path, text);
       const started = Date.now();
       const { code, failed } = await runTests(dir, m.tests);
       const killed = code !== 0 && failed.length > 0;

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { after, test } from 'node:test';
 import { Watermarker, type WatermarkerEvent, type WatermarkProgress } from '../../src/index.js';
-import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, testRole, waitFor, waitForBlockedStatement, type Session } from '../support/db.js';
+import { closeAdmin, fenceLocks, insertEvent, lockWaiters, safeSeq, testDb, testRole, waitFor, waitForBlockedStatement, type Session, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -240,6 +240,112 @@ test('a sequence set back while an observation waits: the observation is dropped
   await b.query('COMMIT');
   assert.deepEqual(outcome(await wm.step()), ['advanced', 6n]);
   await wm.close();
+});
+
+/** A session stepping by hand as owner 'x' (the lease set directly), with the step's WARNINGs collected. */
+async function stepper(db: TestDb): Promise<{ step: () => Promise<{ outcome: string; safe_seq: string; last_seq: string | null }>; warnings: string[] }> {
+  await db.observer.query(`UPDATE tidemark.watermark SET lease_owner = 'x', lease_expires_at = clock_timestamp() + interval '10 minutes'`);
+  const s = await db.session('stepper');
+  const warnings: string[] = [];
+  s.client.on('notice', (n) => void warnings.push(n.message ?? ''));
+  return { step: async () => (await s.query(`SELECT outcome, safe_seq, last_seq FROM tidemark.watermark_step('x')`)).rows[0], warnings };
+}
+
+const seqHigh = async (db: TestDb) => (await db.observer.query('SELECT seq_high::int AS n FROM tidemark.watermark')).rows[0].n as number;
+
+test('a sequence restarted forward, or set with setval(..., false), has drawn nothing new: the step is idle, sees no rewind, and publishes the next number drawn', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const { step, warnings } = await stepper(db);
+  const w = await db.session('w');
+  for (let i = 0; i < 3; i += 1) await insertEvent(w);
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '3', last_seq: '3' });
+
+  // pg_sequence_last_value is NULL until the restarted sequence hands out a
+  // number. That is not a sequence at 0: no WARNING, seq_high stays, and
+  // the step keeps answering (version 4 took it for a rewind, then failed
+  // every step "below safe_seq" until a writer drew).
+  await observer.query('ALTER SEQUENCE tidemark.events_seq_seq RESTART WITH 1000');
+  assert.equal((await observer.query(`SELECT pg_sequence_last_value('tidemark.events_seq_seq') AS v`)).rows[0].v, null);
+  for (let i = 0; i < 3; i += 1) assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '3', last_seq: '3' });
+  assert.equal(await seqHigh(db), 3);
+  assert.deepEqual(warnings, []);
+
+  // The first number drawn: the restart gave the sequence a new file, so the
+  // step that sees it starts afresh (publishing nothing), and the next one
+  // publishes it.
+  assert.equal(await insertEvent(w), 1000n);
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '3', last_seq: '1000' });
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '1000', last_seq: '1000' });
+
+  // setval(..., false) keeps the file: the number drawn is published at once.
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 2000, false)`);
+  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '1000', last_seq: '1000' });
+  assert.equal(await insertEvent(w), 2000n);
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '2000', last_seq: '2000' });
+
+  // The loop over a sequence that has handed out nothing: it runs its time,
+  // raises nothing, and takes no step (nothing new was drawn).
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 3000, false)`);
+  const run = (await observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`)).rows[0];
+  assert.deepEqual([run.reason, run.steps, run.safe_seq], ['timeout', '0', '2000']);
+  assert.ok(Number(run.polls) > 0, 'it looked at the sequence');
+  assert.deepEqual(warnings, []);
+  assert.equal(await seqHigh(db), 2000);
+});
+
+test('a writer in flight when the sequence is set forward with setval(..., false) is waited for, and published once it commits, with nothing more drawn', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const { step } = await stepper(db);
+  const open = await db.session('open');
+  await open.query('BEGIN');
+  assert.equal(await insertEvent(open), 1n);
+  assert.equal(await insertEvent(await db.session('w2')), 2n);
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '0', last_seq: '2' });
+
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 100, false)`);
+  // Nothing drawn since: S stands at 2, the highest a step saw, and the
+  // writer of 1 still holds it back.
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '0', last_seq: '2' });
+  await open.query('COMMIT');
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '2', last_seq: '2' });
+
+  // The loop does the same: it steps on the S it saw last, though the
+  // sequence has handed out nothing, and publishes once the writer is gone.
+  const late = await db.session('late');
+  await late.query('BEGIN');
+  assert.equal(await insertEvent(late), 100n);
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '2', last_seq: '100' });
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 200, false)`);
+  await late.query('COMMIT');
+  const run = (await observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`)).rows[0];
+  assert.deepEqual([run.reason, run.safe_seq], ['timeout', '100']);
+  assert.equal(await safeSeq(observer), 100n);
+});
+
+test('a sequence set back with setval(..., false) is found at the first number drawn: rewound, then the clear error, nothing published', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const { step, warnings } = await stepper(db);
+  const w = await db.session('w');
+  for (let i = 0; i < 5; i += 1) await insertEvent(w);
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '5', last_seq: '5' });
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 2, false)`);
+  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '5', last_seq: '5' });
+  // A published number is handed out again (the primary key refuses it
+  // while event 2 exists; after retention it would be stored).
+  await assert.rejects(insertEvent(w), { code: '23505' });
+  assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '5', last_seq: '2' });
+  assert.match(warnings.join('\n'), /went back from 5 to 2/);
+  await assert.rejects(step(), (err: Error & { code?: string }) => {
+    assert.equal(err.code, '55000');
+    assert.match(err.message, /is at 2, below safe_seq 5/);
+    return true;
+  });
+  // The loop ends with the error too, and publishes nothing.
+  await assert.rejects(observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`), /is at 2, below safe_seq 5/);
+  assert.equal(await safeSeq(observer), 5n);
 });
 
 test('observations from another server lifetime are dropped, not published', async (t) => {
