@@ -49,7 +49,7 @@ export async function cancelBackend(pool: pg.Pool, pid: number): Promise<void> {
   client.on('error', () => undefined);
   try {
     await client.connect();
-    await client.query('SELECT pg_cancel_backend($1)', [pid]);
+    await client.query('SELECT pg_catalog.pg_cancel_backend($1::integer)', [pid]);
   } catch {
     // Best effort: the statement still ends by itself (it is bounded).
   } finally {

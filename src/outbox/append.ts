@@ -52,6 +52,10 @@ function statements(schema: string): { one: string; many: string } {
     const events = `${quoteIdent(schema)}.events`;
     sql = {
       one: `INSERT INTO ${events} (stream, kind, key, payload, headers) VALUES ($1, $2, $3, $4, $5) RETURNING seq`,
+      // The multi-argument unnest in FROM is PostgreSQL's own form: the
+      // parser expands it into ROWS FROM (pg_catalog.unnest(...), ...)
+      // (transformRangeFunction), so no unnest on the search_path can be
+      // chosen instead (test/schema/hostile-schema.test.ts).
       many:
         `INSERT INTO ${events} (stream, kind, key, payload, headers) ` +
         `SELECT stream, kind, key, payload, headers ` +

@@ -167,7 +167,7 @@ export class Relay {
               (SELECT count(*) FROM ${s}.events e WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq) AS events,
               (SELECT extract(epoch FROM now() - e.occurred_at)::float8 FROM ${s}.events e
                 WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1) AS seconds
-         FROM unnest($2::text[]) AS st(stream) CROSS JOIN ${s}.watermark w
+         FROM pg_catalog.unnest($2::text[]) AS st(stream) CROSS JOIN ${s}.watermark w
          LEFT JOIN ${s}.cursors c ON c.consumer = $1 AND c.stream = st.stream`,
       [this.options.consumer, this.options.streams],
     );

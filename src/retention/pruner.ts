@@ -52,7 +52,7 @@ function batchSql(schema: string): string {
    LIMIT $2
 ), boundary AS (
   SELECT min(c.seq) AS young FROM candidates c
-   WHERE c.occurred_at > now() - make_interval(secs => $1::float8 / 1000)
+   WHERE c.occurred_at > pg_catalog.now() - pg_catalog.make_interval(secs => $1::float8 / 1000::float8)
 ), victims AS (
   SELECT c.seq FROM candidates c, boundary b WHERE b.young IS NULL OR c.seq < b.young
 ), deleted AS (
@@ -69,7 +69,7 @@ function batchSql(schema: string): string {
 SELECT (SELECT count(*) FROM candidates)::text AS scanned,
        (SELECT count(*) FROM deleted)::text AS deleted,
        (SELECT safe_seq FROM w)::text AS safe_seq,
-       (SELECT coalesce(json_agg(json_build_object('stream', a.stream, 'through', a.pruned_through_seq::text)), '[]'::json)
+       (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object('stream'::text, a.stream, 'through'::text, a.pruned_through_seq::text)), '[]'::json)
           FROM advanced a) AS horizons`;
 }
 

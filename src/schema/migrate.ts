@@ -74,10 +74,14 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
   const client = await pool.connect();
   let locked = false;
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    // Every name in the migrator's own statements is qualified and every
+    // parameter typed: an unqualified call with an untyped parameter would
+    // prefer a same-named function taking text in any schema on the
+    // session's search_path (public, say), run with the migrator's rights.
+    await client.query('SELECT pg_catalog.pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY.toString()]);
     locked = true;
     const existing = await client.query<{ found: boolean }>(
-      'SELECT to_regclass($1) IS NOT NULL AS found',
+      'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS found',
       [`${s}.migrations`],
     );
     const recorded = new Set<number>();
@@ -91,11 +95,16 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
 
     for (const migration of pending) {
       try {
-        await client.query('BEGIN');
+        // The migration runs with nothing but pg_catalog on its path: every
+        // function, operator and type its DDL binds (defaults, CHECK
+        // constraints, policies, SQL function bodies) is PostgreSQL's own,
+        // whatever another role has created in public. An unqualified name
+        // for a new object fails instead of landing in some other schema.
+        await client.query('BEGIN; SET LOCAL search_path = pg_catalog, pg_temp');
         await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
         await client.query(
           `CREATE TABLE IF NOT EXISTS ${s}.migrations (
-             id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+             id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT pg_catalog.now())`,
         );
         await client.query(`INSERT INTO ${s}.migrations (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
         await client.query(migration.sql);
@@ -114,7 +123,7 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
     // not go back to the pool, or every later migrate() would wait on it.
     let unlockError: Error | undefined;
     if (locked) {
-      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch((err: Error) => {
+      await client.query('SELECT pg_catalog.pg_advisory_unlock($1::bigint)', [MIGRATION_LOCK_KEY.toString()]).catch((err: Error) => {
         unlockError = err;
       });
     }

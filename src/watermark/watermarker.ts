@@ -203,7 +203,7 @@ export class Watermarker {
       // transaction is rolled back below instead of committed with the step.
       const text =
         `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; ${OPEN_TRANSACTION_CHECK}; ` +
-        `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000 AS step_ms, ` +
+        `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000::float8 AS step_ms, ` +
         `pg_catalog.statement_timestamp() AS received_at ` +
         `FROM ${this.sql.step}(${client.escapeLiteral(o.owner)}, ${o.synchronousCommit}, ${o.tryLockFirst}) s; COMMIT`;
       const sentAt = Date.now();

@@ -44,11 +44,16 @@ function adminPool(): pg.Pool {
   return admin;
 }
 
-/** Creates this test's database from the template and drops it after the test. */
-export async function testDb(t: TestContext): Promise<TestDb> {
+/**
+ * Creates this test's database from the migrated template (or, with
+ * `migrated: false`, an empty one with no tidemark schema) and drops it
+ * after the test.
+ */
+export async function testDb(t: TestContext, options: { migrated?: boolean } = {}): Promise<TestDb> {
   const pool = adminPool();
   const name = `${template}_${randomBytes(6).toString('hex')}`;
-  await pool.query(`CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template!)}`);
+  const from = options.migrated === false ? '' : ` TEMPLATE ${quoteIdent(template!)}`;
+  await pool.query(`CREATE DATABASE ${quoteIdent(name)}${from}`);
   const u = new URL(adminUrl!);
   u.pathname = `/${name}`;
   const url = u.toString();

@@ -200,6 +200,48 @@ const MUTANTS: Mutant[] = [
     replace: 'WHEN v_raw IS NULL THEN true',
     tests: ['watermark/step'],
   },
+  // Client statements resolve nothing outside pg_catalog (issue 20): each
+  // mutant restores one statement as it was, and a decoy in public runs.
+  {
+    id: 'hostile-migrate-lock',
+    what: "the migrator's lock call with an untyped parameter, unqualified",
+    file: 'src/schema/migrate.ts',
+    find: "'SELECT pg_catalog.pg_advisory_lock($1::bigint)'",
+    replace: "'SELECT pg_advisory_lock($1)'",
+    tests: ['schema/hostile-schema'],
+  },
+  {
+    id: 'hostile-cancel',
+    what: 'the cancel of a running statement with an untyped parameter, unqualified',
+    file: 'src/db/cancellable.ts',
+    find: "'SELECT pg_catalog.pg_cancel_backend($1::integer)'",
+    replace: "'SELECT pg_cancel_backend($1)'",
+    tests: ['schema/hostile-schema'],
+  },
+  {
+    id: 'hostile-relay-lag',
+    what: "the relay's lag query with an unqualified (polymorphic) unnest",
+    file: 'src/relay/relay.ts',
+    find: 'FROM pg_catalog.unnest($2::text[]) AS st(stream)',
+    replace: 'FROM unnest($2::text[]) AS st(stream)',
+    tests: ['schema/hostile-schema'],
+  },
+  {
+    id: 'hostile-prune',
+    what: 'the prune batch divides a float8 by an integer (no exact operator in pg_catalog)',
+    file: 'src/retention/pruner.ts',
+    find: '$1::float8 / 1000::float8',
+    replace: '$1::float8 / 1000',
+    tests: ['schema/hostile-schema'],
+  },
+  {
+    id: 'hostile-step-ms',
+    what: "step() times itself with a float8 times an integer (no exact operator in pg_catalog)",
+    file: 'src/watermark/watermarker.ts',
+    find: '::float8 * 1000::float8 AS step_ms',
+    replace: '::float8 * 1000 AS step_ms',
+    tests: ['schema/hostile-schema'],
+  },
   {
     id: 'open-transaction',
     what: 'step on a pooled connection left inside a transaction',
