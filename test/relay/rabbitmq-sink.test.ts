@@ -15,7 +15,7 @@ import { after, test, type TestContext } from 'node:test';
 import { connect, type Channel, type ChannelModel, type Message } from 'amqplib';
 import { ClosedError, InvalidOptionsError, SinkError, isRetryable } from '../../src/errors.js';
 import type { RelayMessage } from '../../src/relay/sink.js';
-import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq.js';
+import { Batch, RabbitMqSink } from '../../src/relay/sinks/rabbitmq.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 
 const BROKER = { host: '127.0.0.1', port: 5672 };
@@ -297,6 +297,30 @@ test('a connection reset mid-batch fails it retryable; the same batch then publi
   await sink.publish(batch, never);
   const ids = new Set((await readAll(queue)).map((m) => m.properties.messageId as string));
   assert.deepEqual(batch.filter((m) => !ids.has(m.id)), [], 'every message at least once');
+});
+
+test('ackTimeoutMs bounds the time without a confirm, not the batch: a large batch confirmed at a steady pace succeeds; one that stops is failed', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  const ackTimeoutMs = 1000;
+  let timedOut = 0;
+  const settled: boolean[] = [];
+  const batch = new Batch(30, (_b, failed) => settled.push(failed));
+  batch.arm(ackTimeoutMs, () => (timedOut += 1));
+  // 29 confirms, 900 ms apart: 26 s in all, far past ackTimeoutMs, never 1000 ms without one.
+  for (let i = 0; i < 29; i += 1) {
+    t.mock.timers.tick(900);
+    batch.confirm();
+  }
+  assert.equal(timedOut, 0, 'a batch making progress is not timed out');
+  assert.deepEqual(settled, []);
+  // The last confirm does not come: 999 ms after the one before, still waiting; at 1000 ms, timed out.
+  t.mock.timers.tick(999);
+  assert.equal(timedOut, 0);
+  t.mock.timers.tick(1);
+  assert.equal(timedOut, 1, 'ackTimeoutMs without a confirm times the batch out');
+  batch.fail(new Error('timed out'));
+  assert.deepEqual(settled, [true]);
+  batch.done.catch(() => undefined);
 });
 
 test('a connection dropped between batches is replaced by the next publish', TIMEOUT, async (t) => {

@@ -18,8 +18,8 @@
  * (`1 2 3 4 3 4 5`).
  *
  * Connections: amqplib does not reconnect by itself. A lost connection, a
- * closed channel, or a batch whose confirms do not come within
- * `ackTimeoutMs` (the connection is then destroyed) fails the batches in
+ * closed channel, or a batch that goes `ackTimeoutMs` without a confirm
+ * (the connection is then destroyed) fails the batches in
  * flight with a retryable `SinkError`, and the next `publish` connects
  * again. A batch that fails on its own (nack, return, abort) retires its
  * connection: no new batch goes to it, and it closes once the other streams'
@@ -695,14 +695,16 @@ class Session {
   }
 }
 
-/** One `publish` call's messages: it succeeds when each is confirmed, and settles once. */
-class Batch {
+/** One `publish` call's messages: it succeeds when each is confirmed, and settles once. Exported for its tests only. */
+export class Batch {
   confirmed = 0;
   settled = false;
   readonly done: Promise<void>;
   private resolve!: () => void;
   private reject!: (err: unknown) => void;
   private timer: NodeJS.Timeout | undefined;
+  /** When the batch last made progress: armed, or a message confirmed. */
+  private progressAt = 0;
 
   constructor(
     readonly size: number,
@@ -715,15 +717,27 @@ class Batch {
     this.done.catch(() => undefined); // awaited by `send`; this keeps an early failure from counting as unhandled
   }
 
-  /** (Re)starts the timer: no progress for `ms` fails the batch through `onTimeout`. */
+  /**
+   * (Re)starts the timer: no progress (a confirm, or a re-arm) for `ms` fails
+   * the batch through `onTimeout`. A confirm only notes the time; the timer,
+   * when it fires early, waits out the rest, so a large batch confirmed at a
+   * steady pace is never failed for its size.
+   */
   arm(ms: number, onTimeout: () => void): void {
     if (this.settled) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(onTimeout, ms);
+    this.progressAt = Date.now();
+    const fire = () => {
+      const idle = Date.now() - this.progressAt;
+      if (idle < ms) this.timer = setTimeout(fire, ms - idle);
+      else onTimeout();
+    };
+    this.timer = setTimeout(fire, ms);
   }
 
   confirm(): void {
     this.confirmed += 1;
+    this.progressAt = Date.now();
     this.check();
   }
 
