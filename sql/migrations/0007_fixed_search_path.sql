@@ -54,14 +54,15 @@ ALTER FUNCTION {{schema}}.note_resync(text, text) SET search_path = pg_catalog, 
 -- The watermark step of version 4, with the fixed search_path, its array
 -- operators qualified, and one change: a sequence that has handed out no
 -- number since it was last set (ALTER SEQUENCE ... RESTART, setval(...,
--- false)) reads as "nothing new drawn" instead of as 0, which version 4
--- took for a rewind (a WARNING, seq_high lowered, and every later step
--- failing "below safe_seq" until a writer drew a number).
+-- false)) has no last value (pg_sequence_last_value is NULL). Version 4
+-- read that as 0: a false rewind, and every later step failing "below
+-- safe_seq" until a writer drew a number. This version takes S as the
+-- number before the one the sequence hands out next: a sequence set
+-- forward publishes what was drawn before it, and one set back to a
+-- number a step saw drawn is a rewind, found at once.
 --
 -- Outcomes: 'advanced', 'pending', 'idle', 'rewound', 'not_leader', as in
--- version 4. last_seq is S, the identity's last value; while the sequence
--- has handed out nothing since it was last set, the highest value a step
--- saw before (seq_high).
+-- version 4.
 CREATE OR REPLACE FUNCTION {{schema}}.watermark_step(
   p_owner text,
   p_synchronous_commit boolean DEFAULT false,
@@ -88,7 +89,6 @@ DECLARE
   v_epoch    timestamptz := pg_catalog.pg_postmaster_start_time();
   v_cands    {{schema}}.watermark_candidate[];
   v_s        bigint;
-  v_unset    boolean := false;
   v_h        text[];
   v_orphan   boolean := false;
   v_free     boolean := false;
@@ -149,22 +149,17 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege', HINT = 'Run the watermarker as the owner of the tidemark schema.';
     END IF;
     -- Nothing handed out since the sequence was created or last set
-    -- (RESTART, setval(..., false)): no number was drawn since, so none
-    -- was drawn again either. seq_high, the highest S a step saw, stands
-    -- for S: every number at or below it was drawn before the step that
-    -- saw it, so a writer still holding one is in H below. Whether the
-    -- sequence was set forward or back shows at the next number drawn.
-    v_unset := true;
-    v_s := w.seq_high;
+    -- (RESTART, setval(..., false)): its last_value is the next number it
+    -- hands out, R. S is R - 1: no number at or below it is handed out
+    -- from now on, and every one drawn before was drawn before this read.
+    -- R at or below seq_high hands out numbers a step saw drawn: a rewind,
+    -- found below. Read from the relation: a nextval between the two
+    -- reads turns is_called true and leaves last_value at R; later ones
+    -- raise it, and S then is still a number drawn before this read. The
+    -- read is one aligned 8-byte field, never a torn value.
+    SELECT q.last_value - 1 INTO v_s FROM {{schema}}.events_seq_seq q;
   END IF;
-  IF v_unset THEN
-    IF v_s <= w.safe_seq THEN
-      -- Nothing drawn above safe_seq that a step saw: no lock read, nothing written.
-      RETURN QUERY SELECT 'idle', w.safe_seq, w.safe_seq, v_s, NULL::integer, 0, NULL::text, NULL::float8,
-        NULL::timestamptz, w.lease_owner, w.lease_expires_at;
-      RETURN;
-    END IF;
-  ELSIF v_s < w.seq_high THEN
+  IF v_s < w.seq_high THEN
     -- Set back since a step saw seq_high: writers may draw numbers again
     -- that some remembered observation covers without their being in its
     -- holders. Drop them all; start again from what this step sees.
@@ -423,6 +418,11 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Need run >= 0, ttl >= 20, 1 <= renew < ttl / 2, 1 <= poll_min <= poll_max, idle grace >= 0, steps per second >= 1.';
   END IF;
+  IF p_synchronous_commit IS NULL OR p_try_lock IS NULL THEN
+    RAISE EXCEPTION 'run_watermarker: % must be true or false, not NULL',
+      CASE WHEN p_synchronous_commit IS NULL THEN 'p_synchronous_commit' ELSE 'p_try_lock' END
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   r.owner := p_owner;
   r.deadline := pg_catalog.clock_timestamp() + p_run_ms * interval '1 millisecond';
   r.lease_ttl_ms := p_lease_ttl_ms;
@@ -430,8 +430,8 @@ BEGIN
   r.poll_min_ms := p_poll_min_ms;
   r.poll_max_ms := p_poll_max_ms;
   r.idle_grace_ms := p_idle_grace_ms;
-  r.synchronous_commit := coalesce(p_synchronous_commit, false);
-  r.try_lock := coalesce(p_try_lock, true);
+  r.synchronous_commit := p_synchronous_commit;
+  r.try_lock := p_try_lock;
   r.max_steps_per_second := p_max_steps_per_second;
   r.standby := true;
   r.done := false;
@@ -545,12 +545,14 @@ BEGIN
   -- A look at the sequence is cheap (no step): a step runs only when
   -- something was drawn since the last publication, when writers hold one
   -- back and it is time to look again, or to renew. A sequence that has
-  -- handed out nothing since it was last set (NULL) drew nothing new: the
-  -- step then has work only if the last S it saw is above safe_seq.
+  -- handed out nothing since it was last set (NULL) is at the number
+  -- before the next one it hands out, as the step reads it. NULL to a role
+  -- that may not read it (PostgreSQL 18): the step says so.
   v_raw := pg_catalog.pg_sequence_last_value('{{schema}}.events_seq_seq'::regclass);
-  v_due := CASE WHEN r.oldest_pending_at IS NOT NULL THEN true
-                WHEN v_raw IS NULL THEN coalesce(r.last_seq > r.safe_seq, false)
-                ELSE v_raw <> r.safe_seq END;
+  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN
+    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;
+  END IF;
+  v_due := r.oldest_pending_at IS NOT NULL OR v_raw IS DISTINCT FROM r.safe_seq;
   IF v_t0 >= r.renew_at OR (v_t0 >= r.not_before AND r.tokens >= 1 AND v_due) THEN
     IF v_t0 >= r.renew_at THEN
       -- Renew only a lease this owner still holds: after release_lease

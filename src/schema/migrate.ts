@@ -95,12 +95,15 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
 
     for (const migration of pending) {
       try {
-        // The migration runs with nothing but pg_catalog on its path: every
-        // function, operator and type its DDL binds (defaults, CHECK
-        // constraints, policies, SQL function bodies) is PostgreSQL's own,
-        // whatever another role has created in public. An unqualified name
-        // for a new object fails instead of landing in some other schema.
-        await client.query('BEGIN; SET LOCAL search_path = pg_catalog, pg_temp');
+        // The migration runs with an empty search_path: PostgreSQL then
+        // looks only in pg_catalog (and, for tables and types, this
+        // session's own temporary schema), so every function, operator and
+        // type its DDL binds (defaults, CHECK constraints, policies, SQL
+        // function bodies) is PostgreSQL's own, whatever another role has
+        // created in public. An unqualified name for a new object fails
+        // ("no schema has been selected") instead of landing somewhere:
+        // with pg_catalog listed, a superuser's would land in pg_catalog.
+        await client.query("BEGIN; SET LOCAL search_path = ''");
         await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
         await client.query(
           `CREATE TABLE IF NOT EXISTS ${s}.migrations (

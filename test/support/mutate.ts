@@ -7,6 +7,7 @@
  *
  *   npm run mutate                      every mutant
  *   npm run mutate -- holder-check      the mutants whose id contains a filter
+ *   npm run mutate -- --check           only that each mutant's edits apply (seconds)
  */
 import { spawn, execFileSync } from 'node:child_process';
 import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -172,32 +173,40 @@ const MUTANTS: Mutant[] = [
     id: 'unset-sequence',
     what: 'read a sequence that has handed out nothing since it was set as one at 0 (a false rewind)',
     file: STEP,
-    find: '    v_unset := true;\n    v_s := w.seq_high;',
+    find: '    SELECT q.last_value - 1 INTO v_s FROM {{schema}}.events_seq_seq q;',
     replace: '    v_s := 0;',
     tests: ['watermark/step'],
   },
   {
     id: 'unset-sequence-high',
-    what: 'a sequence that has handed out nothing since it was set stands at safe_seq, not at the highest S seen',
+    what: 'a sequence that has handed out nothing since it was set stands at the highest S seen (a number given back is published over its next writer)',
     file: STEP,
-    find: '    v_s := w.seq_high;',
-    replace: '    v_s := w.safe_seq;',
+    find: '    SELECT q.last_value - 1 INTO v_s FROM {{schema}}.events_seq_seq q;',
+    replace: '    v_s := w.seq_high;',
+    tests: ['watermark/step'],
+  },
+  {
+    id: 'unset-sequence-next',
+    what: 'a sequence that has handed out nothing since it was set stands at the number it hands out next',
+    file: STEP,
+    find: '    SELECT q.last_value - 1 INTO v_s FROM {{schema}}.events_seq_seq q;',
+    replace: '    SELECT q.last_value INTO v_s FROM {{schema}}.events_seq_seq q;',
     tests: ['watermark/step'],
   },
   {
     id: 'loop-unset-idle',
     what: 'the loop never steps while the sequence has handed out nothing since it was set',
     file: STEP,
-    find: 'WHEN v_raw IS NULL THEN coalesce(r.last_seq > r.safe_seq, false)',
-    replace: 'WHEN v_raw IS NULL THEN false',
+    find: '    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;',
+    replace: '    v_raw := r.safe_seq;',
     tests: ['watermark/step'],
   },
   {
     id: 'loop-unset-busy',
     what: 'the loop steps on every look while the sequence has handed out nothing since it was set',
     file: STEP,
-    find: 'WHEN v_raw IS NULL THEN coalesce(r.last_seq > r.safe_seq, false)',
-    replace: 'WHEN v_raw IS NULL THEN true',
+    find: '    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;',
+    replace: '    v_raw := NULL;',
     tests: ['watermark/step'],
   },
   // Client statements resolve nothing outside pg_catalog (issue 20): each
@@ -519,22 +528,33 @@ function runTests(cwd: string, filters: string[]): Promise<{ code: number; faile
   });
 }
 
+/** `text` with the mutant's edits made; each edit's text must be found exactly once. */
+function mutated(m: Mutant, text: string): string {
+  for (const [find, replace] of [[m.find, m.replace] as const, ...(m.more ?? [])]) {
+    const at = text.split(find).length - 1;
+    if (at !== 1) throw new Error(`mutant ${m.id}: expected the text once in ${m.file}, found it ${at} times`);
+    text = text.replace(find, () => replace);
+  }
+  return text;
+}
+
 async function main(): Promise<number> {
-  const filters = process.argv.slice(2);
+  const args = process.argv.slice(2);
+  const checkOnly = args.includes('--check');
+  const filters = args.filter((a) => a !== '--check');
   const mutants = MUTANTS.filter((m) => filters.length === 0 || filters.some((f) => m.id.includes(f)));
+  if (checkOnly) {
+    for (const m of mutants) mutated(m, await readFile(join(root, m.file), 'utf8'));
+    console.log(`${mutants.length} mutants apply`);
+    return 0;
+  }
   let survivors = 0;
   for (const m of mutants) {
     const dir = await mkdtemp(join(tmpdir(), `tidemark-mutant-${m.id}-`));
     try {
       await copyTree(dir);
       const path = join(dir, m.file);
-      let text = await readFile(path, 'utf8');
-      for (const [find, replace] of [[m.find, m.replace] as const, ...(m.more ?? [])]) {
-        const at = text.split(find).length - 1;
-        if (at !== 1) throw new Error(`mutant ${m.id}: expected the text once in ${m.file}, found it ${at} times`);
-        text = text.replace(find, () => replace);
-      }
-      await writeFile(path, text);
+      await writeFile(path, mutated(m, await readFile(path, 'utf8')));
       const started = Date.now();
       const { code, failed } = await runTests(dir, m.tests);
       const killed = code !== 0 && failed.length > 0;

@@ -153,6 +153,13 @@ test('any client runs the loop with CALL, gets a summary, and stops when its lea
     assert.match(err.message, /invalid timing/);
     return true;
   });
+  for (const option of ['p_try_lock', 'p_synchronous_commit']) {
+    await assert.rejects(a.query(`CALL tidemark.run_watermarker('x', ${option} => NULL)`), (err: Error & { code?: string }) => {
+      assert.equal(err.code, '22023');
+      assert.match(err.message, new RegExp(`${option} must be true or false, not NULL`));
+      return true;
+    });
+  }
   await assert.rejects(a.query(`SELECT * FROM tidemark.acquire_lease(NULL, 1000)`), { code: '22023' });
   await assert.rejects(a.query(`SELECT * FROM tidemark.acquire_lease('x', 0)`), { code: '22023' });
   assert.equal(await leaseOwner(db), null, 'nothing was written');

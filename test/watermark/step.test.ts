@@ -253,7 +253,7 @@ async function stepper(db: TestDb): Promise<{ step: () => Promise<{ outcome: str
 
 const seqHigh = async (db: TestDb) => (await db.observer.query('SELECT seq_high::int AS n FROM tidemark.watermark')).rows[0].n as number;
 
-test('a sequence restarted forward, or set with setval(..., false), has drawn nothing new: the step is idle, sees no rewind, and publishes the next number drawn', async (t) => {
+test('a sequence restarted forward, or set forward with setval(..., false), stands at the number before the next it hands out: no false rewind, and what was drawn before is published', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
   const { step, warnings } = await stepper(db);
@@ -262,36 +262,37 @@ test('a sequence restarted forward, or set with setval(..., false), has drawn no
   assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '3', last_seq: '3' });
 
   // pg_sequence_last_value is NULL until the restarted sequence hands out a
-  // number. That is not a sequence at 0: no WARNING, seq_high stays, and
-  // the step keeps answering (version 4 took it for a rewind, then failed
-  // every step "below safe_seq" until a writer drew).
+  // number. That is not a sequence at 0 (version 4 took it for a rewind,
+  // then failed every step "below safe_seq" until a writer drew): no
+  // number below 1000 is handed out from now on, so S is 999.
   await observer.query('ALTER SEQUENCE tidemark.events_seq_seq RESTART WITH 1000');
   assert.equal((await observer.query(`SELECT pg_sequence_last_value('tidemark.events_seq_seq') AS v`)).rows[0].v, null);
-  for (let i = 0; i < 3; i += 1) assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '3', last_seq: '3' });
-  assert.equal(await seqHigh(db), 3);
-  assert.deepEqual(warnings, []);
-
-  // The first number drawn: the restart gave the sequence a new file, so the
-  // step that sees it starts afresh (publishing nothing), and the next one
-  // publishes it.
+  // The restart gave the sequence a new file: the step that sees it starts
+  // afresh (publishing nothing), and the next one publishes.
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '3', last_seq: '999' });
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '999', last_seq: '999' });
+  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '999', last_seq: '999' });
   assert.equal(await insertEvent(w), 1000n);
-  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '3', last_seq: '1000' });
   assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '1000', last_seq: '1000' });
 
-  // setval(..., false) keeps the file: the number drawn is published at once.
+  // setval(..., false) keeps the file: published at once.
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 2000, false)`);
-  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '1000', last_seq: '1000' });
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '1999', last_seq: '1999' });
   assert.equal(await insertEvent(w), 2000n);
   assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '2000', last_seq: '2000' });
+  // Set to the number after the last drawn: nothing changes.
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 2001, false)`);
+  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '2000', last_seq: '2000' });
 
-  // The loop over a sequence that has handed out nothing: it runs its time,
-  // raises nothing, and takes no step (nothing new was drawn).
+  // Events committed after the last step and before the sequence is set
+  // forward are published without another number drawn, by the loop too.
+  for (let i = 0; i < 2; i += 1) await insertEvent(w);
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 3000, false)`);
   const run = (await observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`)).rows[0];
-  assert.deepEqual([run.reason, run.steps, run.safe_seq], ['timeout', '0', '2000']);
-  assert.ok(Number(run.polls) > 0, 'it looked at the sequence');
+  assert.deepEqual([run.reason, run.safe_seq], ['timeout', '2999']);
+  assert.equal(run.steps, '1', 'one step, then looks: the sequence stands at safe_seq');
   assert.deepEqual(warnings, []);
-  assert.equal(await seqHigh(db), 2000);
+  assert.equal(await seqHigh(db), 2999);
 });
 
 test('a writer in flight when the sequence is set forward with setval(..., false) is waited for, and published once it commits, with nothing more drawn', async (t) => {
@@ -305,26 +306,25 @@ test('a writer in flight when the sequence is set forward with setval(..., false
   assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '0', last_seq: '2' });
 
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 100, false)`);
-  // Nothing drawn since: S stands at 2, the highest a step saw, and the
-  // writer of 1 still holds it back.
-  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '0', last_seq: '2' });
+  // Nothing drawn since: S is 99, and the writer of 1 still holds it back.
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '0', last_seq: '99' });
   await open.query('COMMIT');
-  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '2', last_seq: '2' });
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '99', last_seq: '99' });
 
-  // The loop does the same: it steps on the S it saw last, though the
-  // sequence has handed out nothing, and publishes once the writer is gone.
+  // The loop does the same, though the sequence has handed out nothing
+  // since it was set, and publishes once the writer is gone.
   const late = await db.session('late');
   await late.query('BEGIN');
   assert.equal(await insertEvent(late), 100n);
-  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '2', last_seq: '100' });
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '99', last_seq: '100' });
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 200, false)`);
   await late.query('COMMIT');
   const run = (await observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`)).rows[0];
-  assert.deepEqual([run.reason, run.safe_seq], ['timeout', '100']);
-  assert.equal(await safeSeq(observer), 100n);
+  assert.deepEqual([run.reason, run.safe_seq], ['timeout', '199']);
+  assert.equal(await safeSeq(observer), 199n);
 });
 
-test('a sequence set back with setval(..., false) is found at the first number drawn: rewound, then the clear error, nothing published', async (t) => {
+test('a sequence set back with setval(..., false) is a rewind at the next step, before any number is drawn again: then the clear error, nothing published', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
   const { step, warnings } = await stepper(db);
@@ -332,20 +332,58 @@ test('a sequence set back with setval(..., false) is found at the first number d
   for (let i = 0; i < 5; i += 1) await insertEvent(w);
   assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '5', last_seq: '5' });
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 2, false)`);
-  assert.deepEqual(await step(), { outcome: 'idle', safe_seq: '5', last_seq: '5' });
-  // A published number is handed out again (the primary key refuses it
-  // while event 2 exists; after retention it would be stored).
-  await assert.rejects(insertEvent(w), { code: '23505' });
-  assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '5', last_seq: '2' });
-  assert.match(warnings.join('\n'), /went back from 5 to 2/);
+  // It hands out 2 next: S is 1.
+  assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '5', last_seq: '1' });
+  assert.match(warnings.join('\n'), /went back from 5 to 1/);
   await assert.rejects(step(), (err: Error & { code?: string }) => {
     assert.equal(err.code, '55000');
-    assert.match(err.message, /is at 2, below safe_seq 5/);
+    assert.match(err.message, /is at 1, below safe_seq 5/);
     return true;
   });
   // The loop ends with the error too, and publishes nothing.
-  await assert.rejects(observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`), /is at 2, below safe_seq 5/);
+  await assert.rejects(observer.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`), /is at 1, below safe_seq 5/);
   assert.equal(await safeSeq(observer), 5n);
+});
+
+test('a number given back with setval(..., false) after its writer rolled back is a rewind: the writer drawing it again is waited for, not skipped', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const { step, warnings } = await stepper(db);
+  const w = await db.session('w');
+  for (let i = 0; i < 5; i += 1) await insertEvent(w);
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '5', last_seq: '5' });
+  // A draws 6 and stays open; a step sees it.
+  const a = await db.session('a');
+  await a.query('BEGIN');
+  assert.equal(await insertEvent(a), 6n);
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '5', last_seq: '6' });
+  // A rolls back, and an operator gives the number back. The step must not
+  // take "nothing drawn since" for S = 6 with no writer in flight: B is
+  // about to draw 6.
+  await a.query('ROLLBACK');
+  await observer.query(`SELECT setval('tidemark.events_seq_seq', 6, false)`);
+  assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '5', last_seq: '5' });
+  assert.match(warnings.join('\n'), /went back from 6 to 5/);
+  const b = await db.session('b');
+  await b.query('BEGIN');
+  assert.equal(await insertEvent(b), 6n);
+  assert.deepEqual(await step(), { outcome: 'pending', safe_seq: '5', last_seq: '6' });
+  await b.query('COMMIT');
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '6', last_seq: '6' });
+  assert.equal((await observer.query('SELECT count(*)::int AS n FROM tidemark.events WHERE seq <= 6')).rows[0].n, 6);
+});
+
+test('TRUNCATE ... RESTART IDENTITY is a rewind at the next step, then the clear error', async (t) => {
+  const db = await testDb(t);
+  const { observer } = db;
+  const { step } = await stepper(db);
+  const w = await db.session('w');
+  for (let i = 0; i < 3; i += 1) await insertEvent(w);
+  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '3', last_seq: '3' });
+  await observer.query('TRUNCATE tidemark.events RESTART IDENTITY');
+  assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '3', last_seq: '0' });
+  await assert.rejects(step(), /is at 0, below safe_seq 3/);
+  assert.equal(await safeSeq(observer), 3n);
 });
 
 test('observations from another server lifetime are dropped, not published', async (t) => {
