@@ -19,7 +19,10 @@
  * Every decoy counts its call in the sequence public.decoy_hits (the count
  * survives the rollback of the statement that ran it) and raises SQLSTATE
  * TMDCY. None is planted where pg_catalog has the exact signature: such a
- * decoy could never be chosen.
+ * decoy could never be chosen on a path where pg_catalog comes first (the
+ * default; a path naming pg_catalog after public is not covered, see
+ * docs/PROTOCOL.md §5.1). Not planted either: named-argument twins, twins
+ * of more than five arguments, prefix operators, a "$user" schema.
  */
 import type { Session } from './db.js';
 
