@@ -177,16 +177,22 @@ test('the loop never sleeps inside a transaction: ALTER SEQUENCE (and the writer
     await db.observer.query(`SELECT tidemark.release_lease('sleeper')`);
     await running;
   });
-  for (let i = 0; i < 5; i += 1) {
-    await waitFor('the loop to sleep', async () => {
-      const r = await db.observer.query(`SELECT wait_event FROM pg_stat_activity WHERE pid = $1`, [pid]);
-      return r.rows[0]?.wait_event === 'PgSleep';
-    });
+  // The loop's transaction, when it is in a sleep: each turn commits, so the
+  // same xact_start before and after the lock read means one sleep spanned it.
+  const sleeping = async () => {
+    const r = await db.observer.query(`SELECT wait_event, xact_start::text AS xact_start FROM pg_stat_activity WHERE pid = $1`, [pid]);
+    return r.rows[0]?.wait_event === 'PgSleep' ? (r.rows[0].xact_start as string) : undefined;
+  };
+  for (let seen = 0; seen < 5; ) {
+    const before = await sleeping();
+    if (before === undefined) continue;
     const held = await db.observer.query(
       `SELECT l.mode FROM pg_locks l WHERE l.pid = $1 AND l.relation = 'tidemark.events_seq_seq'::regclass`,
       [pid],
     );
+    if ((await sleeping()) !== before) continue; // the sleep ended meanwhile: the next turn's look may hold locks
     assert.deepEqual(held.rows, [], 'no lock on the sequence while it sleeps');
+    seen += 1;
   }
   const ddl = await db.session('ddl');
   await ddl.query(`SET lock_timeout = '100ms'`);
