@@ -209,6 +209,24 @@ const MUTANTS: Mutant[] = [
     replace: '    v_raw := NULL;',
     tests: ['watermark/step'],
   },
+  // The client's check of a payload's size (src/outbox/event.ts): a bound
+  // where the exact size is not needed, never a check skipped.
+  {
+    id: 'payload-size-bound',
+    what: 'a bound on the rendered size per unit below what a double renders to',
+    file: 'src/outbox/event.ts',
+    find: 'export const MAX_RENDERED_BYTES_PER_UNIT = 64;',
+    replace: 'export const MAX_RENDERED_BYTES_PER_UNIT = 40;',
+    tests: ['outbox/event-size'],
+  },
+  {
+    id: 'payload-fast-escape',
+    what: 'skip the scan of a payload that has escapes (\\u0000, lone surrogates)',
+    file: 'src/outbox/event.ts',
+    find: "json.charCodeAt(0) === 0x7b && !json.includes('\\\\')",
+    replace: 'json.charCodeAt(0) === 0x7b',
+    tests: ['outbox/limits'],
+  },
   // Client statements resolve nothing outside pg_catalog (issue 20): each
   // mutant restores one statement as it was, and a decoy in public runs.
   {
