@@ -75,7 +75,7 @@ export function tidemarkContender(watermarker: WatermarkerOptions = {}): Contend
       try {
         while (!options.signal.aborted) {
           await client
-            .tail(options.name, STREAM, (e, tx) => handler(tx, [{ id: Number(e.payload.id), key: e.key }]), { signal: options.signal })
+            .tail(options.name, STREAM, (e, tx) => handler(tx, [{ id: Number(e.payload.id), key: e.key, seq: e.seq }]), { signal: options.signal })
             .catch(() => pause(100, options.signal));
         }
       } finally {

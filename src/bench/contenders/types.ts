@@ -4,6 +4,8 @@ import type pg from 'pg';
 export interface BenchEvent {
   id: number;
   key: string;
+  /** The contender's sequence number, where it has one the bench looks at (tidemark's latency breakdown). */
+  seq?: bigint;
 }
 
 /** How one writer transaction behaves. */

@@ -1,4 +1,6 @@
 import { once } from 'node:events';
+import pg from 'pg';
+import { notifyChannel } from '../../db/queryable.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';
@@ -31,13 +33,20 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
     const { url, pool } = await installedDatabase(ctx.server, contender, `e2e_${contender.id}`);
     const services = await contender.services?.(url);
     const received = new Map<number, number>();
+    const seqs = new Map<number, bigint>();
+    // tidemark: each publication as a listener of its own hears it (safe_seq, when).
+    const publications = contender.id === 'tidemark' ? await listenPublications(url) : undefined;
     const stop = new AbortController();
     const consuming = contender
       .consume(
         url,
         async (_tx, events) => {
           const now = epochMs();
-          for (const e of events) if (!received.has(e.id)) received.set(e.id, now);
+          for (const e of events) {
+            if (received.has(e.id)) continue;
+            received.set(e.id, now);
+            if (e.seq !== undefined) seqs.set(e.id, e.seq);
+          }
         },
         { name: 'c1', batchSize: 1000, signal: stop.signal },
       )
@@ -66,6 +75,8 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
           else h.recordMs(Math.max(0, got - at));
         }
         const s = h.summary();
+        if (publications) notes.push(breakdown(`${contender.title} at ${rate} events/s`, report.commits, seqs, received, publications.heard));
+        publications?.heard.splice(0);
         const achieved = (report.result.committedEvents / report.result.elapsedMs) * 1000;
         rows.push([contender.title, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
         if (report.result.errors > 0) notes.push(`${contender.title} at ${rate}/s: ${report.result.errors} writer errors (${report.result.firstError})`);
@@ -78,6 +89,7 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       }
     } finally {
       stop.abort();
+      await publications?.close();
       await consuming;
       await services?.stop();
       await pool.end();
@@ -92,11 +104,64 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
     method:
       `8 writers in a separate process, open loop, ${windowMs / 1000} s per rate, at most ${MAX_TX_PER_SEC} transactions/s (above that, several events per transaction: ` +
       'one connection\'s BEGIN, INSERT, COMMIT with a synchronous commit cannot go much faster here, for any contender); latency from COMMIT returning in the writer to the handler running. ' +
-      'Contenders run one after another. "achieved" is what the writers committed; an offered rate a contender cannot sustain shows there.',
+      'Contenders run one after another. "achieved" is what the writers committed; an offered rate a contender cannot sustain shows there. ' +
+      "For tidemark, the notes split each event's latency at the publication that first covered it, as a listener of the bench's own heard it.",
     columns: ['contender', 'offered events/s', 'events/tx', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered'],
     rows,
     notes,
     goals,
     elapsedMs: performance.now() - t0,
   };
+}
+
+/** A connection of the bench's own, LISTENing to the publications of schema tidemark: each safe_seq and when it was heard. */
+async function listenPublications(url: string): Promise<{ heard: [bigint, number][]; close: () => Promise<void> }> {
+  const client = new pg.Client({ connectionString: url, application_name: 'tidemark-bench-listener' });
+  await client.connect();
+  const heard: [bigint, number][] = [];
+  client.on('notification', (n) => {
+    if (n.payload !== undefined) heard.push([BigInt(n.payload), epochMs()]);
+  });
+  await client.query(`LISTEN "${notifyChannel('tidemark')}"`);
+  return { heard, close: () => client.end() };
+}
+
+/**
+ * Where one rate's milliseconds went, per event: from its COMMIT to the
+ * publication that first covered it (heard by the bench's listener: the
+ * watermarker noticing, stepping and committing, and the notification's
+ * trip), and from that publication to its handler (the consumer waking,
+ * reading the page, calling the handler).
+ */
+function breakdown(title: string, commits: [number, number][], seqs: Map<number, bigint>, received: Map<number, number>, heard: [bigint, number][]): string {
+  const toPublication = new Histogram();
+  const toHandler = new Histogram();
+  let unheard = 0;
+  for (const [id, at] of commits) {
+    const seq = seqs.get(id);
+    const handled = received.get(id);
+    if (seq === undefined || handled === undefined) continue;
+    // safe_seq only grows: the first publication at or above seq.
+    let lo = 0;
+    let hi = heard.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (heard[mid]![0] >= seq) hi = mid;
+      else lo = mid + 1;
+    }
+    const published = heard[lo]?.[1];
+    if (published === undefined || published > handled) {
+      unheard += 1; // delivered before its notification was heard (or one skipped): no split
+      continue;
+    }
+    toPublication.recordMs(Math.max(0, published - at));
+    toHandler.recordMs(handled - published);
+  }
+  const a = toPublication.summary();
+  const b = toHandler.summary();
+  const ms = (x: number) => x.toFixed(2);
+  return (
+    `${title}: commit→publication p50 ${ms(a.p50)} / p99 ${ms(a.p99)} ms, publication→handler p50 ${ms(b.p50)} / p99 ${ms(b.p99)} ms ` +
+    `(${heard.length} publications, ${(commits.length / Math.max(1, heard.length)).toFixed(1)} events each; ${unheard} events not split)`
+  );
 }
