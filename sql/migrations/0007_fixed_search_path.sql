@@ -362,6 +362,7 @@ CREATE TYPE {{schema}}.watermarker_loop AS (
   tick_at              timestamptz,
   lease_seen_at        timestamptz,
   not_before           timestamptz,
+  defer_since          timestamptz,
   tokens               double precision,
   last_seq             bigint,
   rewound_to           bigint,
@@ -486,6 +487,8 @@ DECLARE
   v_t1 timestamptz;
   v_raw bigint;
   v_due boolean;
+  v_defer boolean := false;
+  v_defer_end timestamptz;
   l record;
   s record;
 BEGIN
@@ -524,7 +527,9 @@ BEGIN
     -- The lease is ours (committed with this turn); the next turn steps.
     r.standby := false;
     r.renew_at := pg_catalog.clock_timestamp() + r.renew_ms * interval '1 millisecond';
-    SELECT x.safe_seq, x.seq_high INTO r.safe_seq, r.last_seq FROM {{schema}}.watermark x;
+    -- Candidates a run before stored count as waiting (no step is put off
+    -- for a look, below, while they may be publishable).
+    SELECT x.safe_seq, x.seq_high, (x.candidates[1]).taken_at INTO r.safe_seq, r.last_seq, r.oldest_pending_at FROM {{schema}}.watermark x;
     r.tick_at := pg_catalog.clock_timestamp();
     r.not_before := r.tick_at;
     r.lease_seen_at := r.tick_at;
@@ -553,7 +558,32 @@ BEGIN
     SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;
   END IF;
   v_due := r.oldest_pending_at IS NOT NULL OR v_raw IS DISTINCT FROM r.safe_seq;
-  IF v_t0 >= r.renew_at OR (v_t0 >= r.not_before AND r.tokens >= 1 AND v_due) THEN
+  -- A number drawn by a writer still in flight: a step now would find it
+  -- holding the fence, remember it (a pg_locks read) and publish nothing,
+  -- and a second step would publish it once it ends: two steps of the
+  -- budget for one publication. So, with no candidate waiting, a look that
+  -- finds the fence held (an exclusive try-lock, released in the same
+  -- expression, never queued) puts the step off, for at most one step
+  -- interval (1000 / max_steps_per_second ms) from the first look that
+  -- did, and only when that interval ends before the run does (each run
+  -- starts afresh: a run no longer than the interval never defers). The
+  -- writer usually ends within it, and the step then takes the try-lock
+  -- path and publishes. Writers that overlap without pause hold the fence
+  -- throughout; the step then runs when the interval is up, as before.
+  -- The step decides what is published, as always; like a wait for a
+  -- token, the deferral only moves its observation later (writers that
+  -- begin meanwhile join its H).
+  v_defer_end := coalesce(r.defer_since, v_t0) + (1000.0 / r.max_steps_per_second) * interval '1 millisecond';
+  IF v_t0 < r.renew_at AND v_t0 >= r.not_before AND r.tokens >= 1 AND v_due AND r.oldest_pending_at IS NULL AND r.try_lock
+     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN
+    v_defer := NOT CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})
+                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;
+    IF v_defer THEN
+      r.defer_since := coalesce(r.defer_since, v_t0);
+    END IF;
+  END IF;
+  IF NOT v_defer AND (v_t0 >= r.renew_at OR (v_t0 >= r.not_before AND r.tokens >= 1 AND v_due)) THEN
+    r.defer_since := NULL;
     IF v_t0 >= r.renew_at THEN
       -- Renew only a lease this owner still holds: after release_lease
       -- (the stop request) or a takeover this finds no row and the loop

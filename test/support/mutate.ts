@@ -116,8 +116,8 @@ const MUTANTS: Mutant[] = [
     id: 'try-lock-release',
     what: 'leave the try-lock held',
     file: STEP,
-    find: 'THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
-    replace: 'THEN true ELSE false END;',
+    find: '    v_free := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})\n                   THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
+    replace: '    v_free := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})\n                   THEN true ELSE false END;',
     tests: ['watermark/step'],
   },
   {
@@ -226,6 +226,48 @@ const MUTANTS: Mutant[] = [
     find: "json.charCodeAt(0) === 0x7b && !json.includes('\\\\')",
     replace: 'json.charCodeAt(0) === 0x7b',
     tests: ['outbox/limits'],
+  },
+  // The look puts a step off while the writer of a new number holds the
+  // fence (issue 21): for at most one step interval, releasing its try-lock.
+  {
+    id: 'defer-never',
+    what: 'step at once on a number whose writer still holds the fence',
+    file: STEP,
+    find: '    v_defer := NOT CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})\n                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
+    replace: '    v_defer := false;',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'defer-forever',
+    what: 'put the step off for as long as the fence is held',
+    file: STEP,
+    find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
+    replace: '     THEN',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'defer-past-run',
+    what: 'put a step off past the end of the run (a run no longer than the interval never steps)',
+    file: STEP,
+    find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
+    replace: '     AND v_t0 <= v_defer_end THEN',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'defer-stored-candidates',
+    what: 'a new run puts its first step off although candidates a run before stored wait',
+    file: STEP,
+    find: '    SELECT x.safe_seq, x.seq_high, (x.candidates[1]).taken_at INTO r.safe_seq, r.last_seq, r.oldest_pending_at FROM {{schema}}.watermark x;',
+    replace: '    SELECT x.safe_seq, x.seq_high INTO r.safe_seq, r.last_seq FROM {{schema}}.watermark x;',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'defer-lock-held',
+    what: "leave the look's try-lock held",
+    file: STEP,
+    find: '                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
+    replace: '                        THEN true ELSE false END;',
+    tests: ['watermark/loop'],
   },
   // Client statements resolve nothing outside pg_catalog (issue 20): each
   // mutant restores one statement as it was, and a decoy in public runs.

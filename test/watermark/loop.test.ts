@@ -199,6 +199,98 @@ test('the loop never sleeps inside a transaction: ALTER SEQUENCE (and the writer
   await ddl.query('ALTER SEQUENCE tidemark.events_seq_seq CACHE 1');
 });
 
+/**
+ * One turn of the loop (watermarker_tick) from a state set up by hand:
+ * started as `start` says, then, unless `standby`, the lease taken and the
+ * loop the leader, free to step now, with `set` (PL/pgSQL assignments to r)
+ * applied last. Returns the state after the turn.
+ */
+async function tick(client: pg.Client, options: { start?: string; set?: string; standby?: boolean } = {}) {
+  await client.query('CREATE TEMP TABLE IF NOT EXISTS tick_out (r tidemark.watermarker_loop); TRUNCATE tick_out');
+  const lead = options.standby
+    ? ''
+    : `PERFORM tidemark.acquire_lease('x', 60000);
+       r.standby := false; r.leader := true;
+       r.renew_at := clock_timestamp() + interval '1 hour'; r.tick_at := clock_timestamp();
+       r.not_before := clock_timestamp() - interval '1 second'; r.lease_seen_at := clock_timestamp();
+       SELECT w.safe_seq INTO r.safe_seq FROM tidemark.watermark w;`;
+  await client.query(`DO $$ DECLARE r tidemark.watermarker_loop; BEGIN
+    r := tidemark.watermarker_start('x', 600000, 60000, NULL, 1, 100, 1000, false, true, ${options.start ?? '100'});
+    ${lead}
+    ${options.set ?? ''}
+    r := tidemark.watermarker_tick(r);
+    INSERT INTO tick_out VALUES (r);
+  END $$`);
+  const r = (
+    await client.query(
+      `SELECT (r).steps::int, (r).pending::int, (r).advanced::int, (r).try_lock_reads::int AS try_lock, (r).pg_locks_reads::int AS pg_locks,
+              (r).defer_since IS NOT NULL AS deferring, (r).oldest_pending_at IS NOT NULL AS waiting, (r).safe_seq::int FROM tick_out`,
+    )
+  ).rows[0];
+  return r as { steps: number; pending: number; advanced: number; try_lock: number; pg_locks: number; deferring: boolean; waiting: boolean; safe_seq: number };
+}
+
+test('a number whose writer is still in flight puts the step off for at most one step interval, never past the run; once the writer ends, one try-lock step publishes it', async (t) => {
+  const db = await testDb(t);
+  const c = await plainClient(db);
+  const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  const w = await db.session('w');
+  await w.query('BEGIN');
+  assert.equal(await insertEvent(w), 1n);
+
+  // The writer holds the fence: the turn puts the step off, and notes when.
+  assert.deepEqual(await tick(c), { steps: 0, pending: 0, advanced: 0, try_lock: 0, pg_locks: 0, deferring: true, waiting: false, safe_seq: 0 });
+  // Not for longer than one step interval (10 ms at 100 steps a second)...
+  assert.deepEqual(await tick(c, { set: `r.defer_since := clock_timestamp() - interval '11 milliseconds';` }), {
+    steps: 1, pending: 1, advanced: 0, try_lock: 0, pg_locks: 1, deferring: false, waiting: true, safe_seq: 0,
+  });
+  // ...nor past the run's end: a run no longer than the interval never puts a step off.
+  assert.equal((await tick(c, { set: `r.deadline := clock_timestamp() + interval '5 milliseconds';` })).steps, 1);
+
+  // A new run takes the candidates stored before as waiting: it does not put its first step off for them.
+  await w.query('COMMIT');
+  const w2 = await db.session('w2');
+  await w2.query('BEGIN');
+  assert.equal(await insertEvent(w2), 2n);
+  assert.equal((await tick(c, { standby: true })).waiting, true, 'the lease taken, the stored candidate waits');
+  const run = (await c.query(`CALL tidemark.run_watermarker('x', p_run_ms => 1500, p_max_steps_per_second => 1)`)).rows[0];
+  assert.equal(run.safe_seq, '1', 'published though a writer holds the fence');
+  await w2.query('COMMIT');
+
+  // No writer: one step on the try-lock path publishes, and the look's try-lock is released.
+  assert.deepEqual(await tick(c), { steps: 1, pending: 0, advanced: 1, try_lock: 1, pg_locks: 0, deferring: false, waiting: false, safe_seq: 2 });
+  assert.deepEqual((await db.observer.query(`SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = $1`, [pid])).rows, []);
+  await w.query(`SET lock_timeout = '2s'`);
+  assert.equal(await insertEvent(w), 3n);
+});
+
+test('writers that overlap without pause: runs no longer than the step interval still step, and safe_seq follows them (the review of the deferral)', async (t) => {
+  const db = await testDb(t);
+  const c = await plainClient(db);
+  const a = await db.session('a');
+  const b = await db.session('b');
+  // a and b take turns holding the fence open, so it is never free; each
+  // run of the loop is as long as its step interval (1 s).
+  let expected = 0n;
+  let open = a;
+  await open.query('BEGIN');
+  await insertEvent(open);
+  for (let i = 0; i < 3; i += 1) {
+    const next = open === a ? b : a;
+    await next.query('BEGIN');
+    await insertEvent(next);
+    await open.query('COMMIT');
+    expected += 1n;
+    open = next;
+    const run = (await c.query(`CALL tidemark.run_watermarker('x', p_run_ms => 1000, p_max_steps_per_second => 1)`)).rows[0];
+    assert.ok(Number(run.steps) >= 1, `run ${i}: ${JSON.stringify(run)}`);
+  }
+  await open.query('COMMIT');
+  // Every commit before the last run was published by the end of it, or by the next run's first step.
+  await c.query(`CALL tidemark.run_watermarker('x', p_run_ms => 300)`);
+  assert.equal(await safeSeq(db.observer), expected + 1n);
+});
+
 test('after a publication, idle steps keep the fast cadence for idleGraceMs, then back off', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);
