@@ -350,7 +350,7 @@ const MUTANTS: Mutant[] = [
     file: 'src/watermark/watermarker.ts',
     find: 'return this.leader && this.leaderUntil !== null && Date.now() < this.leaderUntil.getTime();',
     replace: 'return this.leader;',
-    tests: ['watermark/dead-connection'],
+    tests: ['watermark/dead-connection', 'faults/blackhole'],
   },
   {
     id: 'leader-until-late',
