@@ -364,7 +364,6 @@ CREATE TYPE {{schema}}.watermarker_loop AS (
   not_before           timestamptz,
   defer_since          timestamptz,
   tokens               double precision,
-  last_seq             bigint,
   rewound_to           bigint,
   -- The summary the procedure returns.
   reason                 text,
@@ -529,7 +528,7 @@ BEGIN
     r.renew_at := pg_catalog.clock_timestamp() + r.renew_ms * interval '1 millisecond';
     -- Candidates a run before stored count as waiting (no step is put off
     -- for a look, below, while they may be publishable).
-    SELECT x.safe_seq, x.seq_high, (x.candidates[1]).taken_at INTO r.safe_seq, r.last_seq, r.oldest_pending_at FROM {{schema}}.watermark x;
+    SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at FROM {{schema}}.watermark x;
     r.tick_at := pg_catalog.clock_timestamp();
     r.not_before := r.tick_at;
     r.lease_seen_at := r.tick_at;
@@ -614,7 +613,6 @@ BEGIN
     r.lease_owner := s.lease_owner;
     r.lease_expires_at := s.lease_expires_at;
     r.oldest_pending_at := s.oldest_pending_at;
-    r.last_seq := coalesce(s.last_seq, r.last_seq);
     r.not_before := v_t1;
     IF s.holder_path = 'try_lock' THEN
       r.try_lock_reads := r.try_lock_reads + 1;

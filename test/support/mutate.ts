@@ -257,8 +257,8 @@ const MUTANTS: Mutant[] = [
     id: 'defer-stored-candidates',
     what: 'a new run puts its first step off although candidates a run before stored wait',
     file: STEP,
-    find: '    SELECT x.safe_seq, x.seq_high, (x.candidates[1]).taken_at INTO r.safe_seq, r.last_seq, r.oldest_pending_at FROM {{schema}}.watermark x;',
-    replace: '    SELECT x.safe_seq, x.seq_high INTO r.safe_seq, r.last_seq FROM {{schema}}.watermark x;',
+    find: '    SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at FROM {{schema}}.watermark x;',
+    replace: '    SELECT x.safe_seq INTO r.safe_seq FROM {{schema}}.watermark x;',
     tests: ['watermark/loop'],
   },
   {
