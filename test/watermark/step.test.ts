@@ -251,15 +251,21 @@ async function stepper(db: TestDb): Promise<{ step: () => Promise<{ outcome: str
   return { step: async () => (await s.query(`SELECT outcome, safe_seq, last_seq FROM tidemark.watermark_step('x')`)).rows[0], warnings };
 }
 
+/** A stepper, and a writer whose first `n` events a step has published. */
+async function published(db: TestDb, n: number) {
+  const stepping = await stepper(db);
+  const w = await db.session('w');
+  for (let i = 0; i < n; i += 1) await insertEvent(w);
+  assert.deepEqual(await stepping.step(), { outcome: 'advanced', safe_seq: String(n), last_seq: String(n) });
+  return { ...stepping, w };
+}
+
 const seqHigh = async (db: TestDb) => (await db.observer.query('SELECT seq_high::int AS n FROM tidemark.watermark')).rows[0].n as number;
 
 test('a sequence restarted forward, or set forward with setval(..., false), stands at the number before the next it hands out: no false rewind, and what was drawn before is published', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const { step, warnings } = await stepper(db);
-  const w = await db.session('w');
-  for (let i = 0; i < 3; i += 1) await insertEvent(w);
-  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '3', last_seq: '3' });
+  const { step, warnings, w } = await published(db, 3);
 
   // pg_sequence_last_value is NULL until the restarted sequence hands out a
   // number. That is not a sequence at 0 (version 4 took it for a rewind,
@@ -327,10 +333,7 @@ test('a writer in flight when the sequence is set forward with setval(..., false
 test('a sequence set back with setval(..., false) is a rewind at the next step, before any number is drawn again: then the clear error, nothing published', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const { step, warnings } = await stepper(db);
-  const w = await db.session('w');
-  for (let i = 0; i < 5; i += 1) await insertEvent(w);
-  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '5', last_seq: '5' });
+  const { step, warnings } = await published(db, 5);
   await observer.query(`SELECT setval('tidemark.events_seq_seq', 2, false)`);
   // It hands out 2 next: S is 1.
   assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '5', last_seq: '1' });
@@ -348,10 +351,7 @@ test('a sequence set back with setval(..., false) is a rewind at the next step, 
 test('a number given back with setval(..., false) after its writer rolled back is a rewind: the writer drawing it again is waited for, not skipped', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const { step, warnings } = await stepper(db);
-  const w = await db.session('w');
-  for (let i = 0; i < 5; i += 1) await insertEvent(w);
-  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '5', last_seq: '5' });
+  const { step, warnings } = await published(db, 5);
   // A draws 6 and stays open; a step sees it.
   const a = await db.session('a');
   await a.query('BEGIN');
@@ -376,10 +376,7 @@ test('a number given back with setval(..., false) after its writer rolled back i
 test('TRUNCATE ... RESTART IDENTITY is a rewind at the next step, then the clear error', async (t) => {
   const db = await testDb(t);
   const { observer } = db;
-  const { step } = await stepper(db);
-  const w = await db.session('w');
-  for (let i = 0; i < 3; i += 1) await insertEvent(w);
-  assert.deepEqual(await step(), { outcome: 'advanced', safe_seq: '3', last_seq: '3' });
+  const { step } = await published(db, 3);
   await observer.query('TRUNCATE tidemark.events RESTART IDENTITY');
   assert.deepEqual(await step(), { outcome: 'rewound', safe_seq: '3', last_seq: '0' });
   await assert.rejects(step(), /is at 0, below safe_seq 3/);
