@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import pg from 'pg';
-import { notifyChannel } from '../../db/queryable.js';
+import { DEFAULT_SCHEMA, notifyChannel, quoteIdent } from '../../db/queryable.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';
@@ -114,7 +114,7 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
   };
 }
 
-/** A connection of the bench's own, LISTENing to the publications of schema tidemark: each safe_seq and when it was heard. */
+/** A connection of the bench's own, LISTENing to the publications of the default schema: each safe_seq and when it was heard. */
 async function listenPublications(url: string): Promise<{ heard: [bigint, number][]; close: () => Promise<void> }> {
   const client = new pg.Client({ connectionString: url, application_name: 'tidemark-bench-listener' });
   await client.connect();
@@ -122,7 +122,7 @@ async function listenPublications(url: string): Promise<{ heard: [bigint, number
   client.on('notification', (n) => {
     if (n.payload !== undefined) heard.push([BigInt(n.payload), epochMs()]);
   });
-  await client.query(`LISTEN "${notifyChannel('tidemark')}"`);
+  await client.query(`LISTEN ${quoteIdent(notifyChannel(DEFAULT_SCHEMA))}`);
   return { heard, close: () => client.end() };
 }
 
