@@ -74,3 +74,8 @@ function advisoryKey(label: string): bigint {
 export function notifyChannel(schema: string): string {
   return `${schema}_watermark`;
 }
+
+/** The channel a writer NOTIFYs while the watermark loop sleeps (docs/PROTOCOL.md §3.13). */
+export function wakeChannel(schema: string): string {
+  return `${schema}_wake`;
+}

@@ -87,6 +87,12 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
     registers,
   });
   const retries = new Counter({ name: 'tidemark_watermarker_retries_total', help: 'Failed runs of the watermark loop, each retried after a back-off.', registers });
+  const wakeups = new Counter({
+    name: 'tidemark_watermarker_wakeups_total',
+    help: "Ends of the idle loop's sleeps, by cause: notified (a writer's wake-up), timeout (summaryIntervalMs without one) or closed (its connection ended).",
+    labelNames: ['cause'],
+    registers,
+  });
   // The lease as last reported, valid until leaderUntil by this process's clock: with
   // no news from the server (an outage), the gauge drops to 0 before a standby can take over.
   let leaderUntil: Date | null = null;
@@ -185,6 +191,8 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
         if (r.pgLocksReadMsTotal > 0) lockReadSeconds.inc(r.pgLocksReadMsTotal / 1000);
         // The run reports log buckets; each step is counted at its bucket's middle.
         for (const [i, n] of r.stepHistogram.entries()) for (let k = 0; k < n; k += 1) stepSeconds.observe(stepBucketMs(i) / 1000);
+      } else if (event.type === 'wake') {
+        wakeups.inc({ cause: event.cause });
       } else {
         leaderUntil = null;
         retries.inc();

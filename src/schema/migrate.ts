@@ -2,7 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { TidemarkError } from '../errors.js';
-import { DEFAULT_SCHEMA, fenceKey, notifyChannel, quoteIdent, validateSchema } from '../db/queryable.js';
+import { DEFAULT_SCHEMA, fenceKey, notifyChannel, wakeChannel, quoteIdent, validateSchema } from '../db/queryable.js';
 
 /** Options for {@link migrate}. */
 export interface MigrateOptions {
@@ -53,7 +53,8 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
       .replaceAll('{{schema}}', quoteIdent(schema))
       .replaceAll('{{fence_key}}', `(${fenceKey(schema)})::bigint`)
       // A validated schema name has no quote to escape.
-      .replaceAll('{{notify_channel}}', `'${notifyChannel(schema)}'`);
+      .replaceAll('{{notify_channel}}', `'${notifyChannel(schema)}'`)
+      .replaceAll('{{wake_channel}}', `'${wakeChannel(schema)}'`);
     migrations.push({ id, name, sql });
   }
   return migrations;

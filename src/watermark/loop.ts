@@ -1,9 +1,9 @@
 import type pg from 'pg';
-import { quoteIdent } from '../db/queryable.js';
+import { quoteIdent, wakeChannel } from '../db/queryable.js';
 import { cancelBackend } from '../db/cancellable.js';
 import { withDeadline } from '../db/deadline.js';
 import type { ResolvedWatermarkerOptions } from './options.js';
-import type { RunEndReason, WatermarkRunSummary } from './progress.js';
+import type { RunEndReason, WakeCause, WatermarkRunSummary } from './progress.js';
 
 /** The application_name of the loop's connection, so operators can find it in pg_stat_activity. */
 export const LOOP_APPLICATION_NAME = 'tidemark-watermarker';
@@ -42,18 +42,27 @@ interface RunRow {
  */
 export class LoopConnection {
   private client: pg.PoolClient | undefined;
-  private readonly call: (client: pg.PoolClient) => string;
+  private readonly call: (client: pg.PoolClient, resume: boolean) => string;
+  private readonly channel: string;
+  /** A writer's wake-up arrived since the last run began. */
+  private woken = false;
+  /** Ends a `sleep()` under way, saying why. */
+  private wake: ((cause: WakeCause) => void) | undefined;
+  /** The last run ended asleep: the next one resumes its lease. */
+  private asleep = false;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly options: ResolvedWatermarkerOptions,
   ) {
     const o = options;
-    this.call = (client) =>
+    this.channel = wakeChannel(o.schema);
+    this.call = (client, resume) =>
       `CALL ${quoteIdent(o.schema)}.run_watermarker(p_owner => ${client.escapeLiteral(o.owner)}, ` +
       `p_run_ms => ${o.summaryIntervalMs}, p_lease_ttl_ms => ${o.leaseTtlMs}, p_lease_renew_ms => ${o.leaseRenewMs}, ` +
       `p_poll_min_ms => ${o.pollMinMs}, p_poll_max_ms => ${o.pollMaxMs}, p_idle_grace_ms => ${o.idleGraceMs}, ` +
-      `p_synchronous_commit => ${o.synchronousCommit}, p_try_lock => ${o.tryLockFirst}, p_max_steps_per_second => ${o.maxStepsPerSecond})`;
+      `p_synchronous_commit => ${o.synchronousCommit}, p_try_lock => ${o.tryLockFirst}, p_max_steps_per_second => ${o.maxStepsPerSecond}, ` +
+      `p_sleep => true, p_resume => ${resume})`;
   }
 
   /**
@@ -82,10 +91,16 @@ export class LoopConnection {
         client.query<{ now: Date }>('SELECT pg_catalog.statement_timestamp() AS now'),
       );
       // A run may also wait up to the session's lock_timeout (5 s) for the watermark row (an operator's lock).
+      // Wake-ups that arrived before now are answered by this run's own
+      // looks; those that arrive during it are delivered when it returns.
+      this.woken = false;
+      const resume = this.asleep;
+      this.asleep = false;
       const result = await withDeadline(client, o.summaryIntervalMs + LOOP_LOCK_TIMEOUT_MS + o.responseTimeoutMs, 'the watermark loop', () =>
-        client.query<RunRow>(this.call(client)),
+        client.query<RunRow>(this.call(client, resume)),
       );
       const row = result.rows[0]!;
+      this.asleep = row.reason === 'asleep';
       return toSummary(row, performance.now() - started, leaderUntil(row.leader, row.lease_expires_at, clock.rows[0]!.now, sentAt));
     } catch (err) {
       this.destroy(err);
@@ -96,6 +111,33 @@ export class LoopConnection {
     }
   }
 
+  /**
+   * After a run that ended `asleep`: waits for a writer's wake-up (a
+   * NOTIFY on the wake channel, docs/PROTOCOL.md §3.13) until `untilMs`
+   * (a `performance.now()` instant: the run's return plus
+   * `summaryIntervalMs`, within the instant the run armed), then returns
+   * how the sleep ended. A wake-up that arrived while the run was
+   * returning ends it at once; so do the connection's end (the next run
+   * fails and is retried) and `signal`.
+   */
+  async sleep(signal: AbortSignal, untilMs: number): Promise<WakeCause> {
+    if (this.woken) return 'notified';
+    if (this.client === undefined) return 'closed';
+    if (signal.aborted || performance.now() >= untilMs) return 'timeout';
+    return new Promise<WakeCause>((resolve) => {
+      const finish = (cause: WakeCause) => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        this.wake = undefined;
+        resolve(cause);
+      };
+      const onAbort = () => finish('timeout');
+      const timer = setTimeout(() => finish('timeout'), untilMs - performance.now());
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.wake = finish;
+    });
+  }
+
   /** Ends the session (destroying the connection). Idempotent. */
   close(): void {
     this.destroy(new Error('tidemark watermarker loop closed'));
@@ -103,8 +145,15 @@ export class LoopConnection {
 
   private async open(): Promise<pg.PoolClient> {
     const client = await this.pool.connect();
-    // A terminated backend also emits 'error' on the client; the query's own rejection carries it.
-    client.on('error', () => undefined);
+    // A terminated backend also emits 'error' on the client; the query's own
+    // rejection carries it. A sleep ends with the connection.
+    client.on('error', () => this.wake?.('closed'));
+    client.on('end', () => this.wake?.('closed'));
+    client.on('notification', (message) => {
+      if (message.channel !== this.channel) return;
+      this.woken = true;
+      this.wake?.('notified');
+    });
     try {
       // client_connection_check_interval (PostgreSQL 14+): a run whose client
       // is gone (its socket closed, or timed out by keepalive) ends within a
@@ -114,7 +163,8 @@ export class LoopConnection {
           `SET application_name = '${LOOP_APPLICATION_NAME}'; SET default_transaction_isolation = 'read committed'; ` +
             `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = ${LOOP_LOCK_TIMEOUT_MS}; ` +
             `SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false) ` +
-            `WHERE pg_catalog.current_setting('server_version_num')::int >= 140000`,
+            `WHERE pg_catalog.current_setting('server_version_num')::int >= 140000; ` +
+            `LISTEN ${quoteIdent(this.channel)}`,
         ),
       );
     } catch (err) {
@@ -128,6 +178,8 @@ export class LoopConnection {
   private destroy(err: unknown): void {
     const client = this.client;
     this.client = undefined;
+    this.asleep = false;
+    this.wake?.('closed');
     client?.release(err instanceof Error ? err : new Error(String(err)));
   }
 }

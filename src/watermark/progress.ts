@@ -70,9 +70,17 @@ export interface WatermarkProgress {
  * Why one run of the in-database loop (`CALL run_watermarker`) returned:
  * `timeout` (it ran its allotted time and is called again), `standby`
  * (another owner held the lease all along), `released` (the lease was
- * released: the stop request), `lease_lost` (another owner took it).
+ * released: the stop request), `lease_lost` (another owner took it),
+ * `asleep` (idle: it waits for a writer's wake-up, docs/PROTOCOL.md §3.13).
  */
-export type RunEndReason = 'timeout' | 'standby' | 'released' | 'lease_lost';
+export type RunEndReason = 'timeout' | 'standby' | 'released' | 'lease_lost' | 'asleep';
+
+/**
+ * How a sleep of the loop ended: `notified` (a writer's wake-up), `timeout`
+ * (`summaryIntervalMs` after the run returned, without one), `closed` (the
+ * loop's connection ended; the next run reconnects).
+ */
+export type WakeCause = 'notified' | 'timeout' | 'closed';
 
 /** The summary of one run of the in-database loop, as {@link Watermarker.run} receives it. */
 export interface WatermarkRunSummary {
@@ -113,12 +121,14 @@ export interface WatermarkRunSummary {
  * What a {@link Watermarker} reports to its `observer`:
  * - `step`: one `step()` finished (after its commit);
  * - `run`: one run of the in-database loop returned its summary;
- * - `retry`: the loop failed (`error`, also passed to `onError`) and runs again after `delayMs`.
+ * - `retry`: the loop failed (`error`, also passed to `onError`) and runs again after `delayMs`;
+ * - `wake`: the loop, asleep after a run that ended `asleep`, runs again: woken by a writer, or after `summaryIntervalMs`.
  */
 export type WatermarkerEvent =
   | { type: 'step'; progress: WatermarkProgress }
   | { type: 'run'; summary: WatermarkRunSummary }
-  | { type: 'retry'; error: unknown; delayMs: number };
+  | { type: 'retry'; error: unknown; delayMs: number }
+  | { type: 'wake'; cause: WakeCause; sleptMs: number };
 
 /** The lower bound, in milliseconds, of step histogram bucket `i` (see {@link WatermarkRunSummary.stepHistogram}). */
 export function stepBucketLowerMs(i: number): number {

@@ -141,6 +141,8 @@ export class Watermarker {
         let pauseMs = 0;
         try {
           const summary = await loop.runOnce(signal);
+          // Asleep, the next run is due this long after the return, whatever the heartbeat takes.
+          const wakeBy = performance.now() + o.summaryIntervalMs;
           retryMs = o.retryMinMs;
           // close() released the lease while this summary was on its way: it no longer holds.
           if (this.closed) Object.assign(summary, { leader: false, leaderUntil: null });
@@ -149,6 +151,11 @@ export class Watermarker {
           this.emit({ type: 'run', summary });
           await this.heartbeat({ leader: summary.leader, reason: summary.reason, safeSeq: summary.safeSeq.toString(), steps: summary.steps }, signal);
           if (summary.reason === 'released' || summary.reason === 'lease_lost') pauseMs = o.leaseRenewMs;
+          if (summary.reason === 'asleep' && !this.closed) {
+            const sleptAt = performance.now();
+            const cause = await loop.sleep(signal, wakeBy);
+            if (!signal.aborted) this.emit({ type: 'wake', cause, sleptMs: performance.now() - sleptAt });
+          }
         } catch (err) {
           if (signal.aborted) break;
           this.leader = false;

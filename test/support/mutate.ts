@@ -27,8 +27,10 @@ interface Mutant {
   tests: string[];
 }
 
-/** The current watermark step and loop (version 7 replaced version 4's). */
+/** The current watermark step (version 7 replaced version 4's). */
 const STEP = 'sql/migrations/0007_fixed_search_path.sql';
+/** The current loop and fence trigger (version 8 replaced version 7's). */
+const LOOP = 'sql/migrations/0008_wake.sql';
 const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
@@ -139,7 +141,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'sleep-in-transaction',
     what: 'sleep between looks inside the transaction holding the sequence lock',
-    file: STEP,
+    file: LOOP,
     find: '    COMMIT;\n    r.committed_at := pg_catalog.clock_timestamp();',
     replace: '    r.committed_at := pg_catalog.clock_timestamp();',
     tests: ['watermark/loop'],
@@ -147,9 +149,9 @@ const MUTANTS: Mutant[] = [
   {
     id: 'idle-stop-request',
     what: 'look without checking the lease: an idle loop misses the stop request',
-    file: STEP,
-    find: '      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
-    replace: '      IF false THEN',
+    file: LOOP,
+    find: 'r.lease_owner, r.lease_expires_at FROM {{schema}}.watermark x;\n      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
+    replace: 'r.lease_owner, r.lease_expires_at FROM {{schema}}.watermark x;\n      IF false THEN',
     tests: ['watermark/loop'],
   },
   {
@@ -196,17 +198,17 @@ const MUTANTS: Mutant[] = [
   {
     id: 'loop-unset-idle',
     what: 'the loop never steps while the sequence has handed out nothing since it was set',
-    file: STEP,
-    find: '    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;',
-    replace: '    v_raw := r.safe_seq;',
+    file: LOOP,
+    find: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;",
+    replace: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    v_raw := r.safe_seq;",
     tests: ['watermark/step'],
   },
   {
     id: 'loop-unset-busy',
     what: 'the loop steps on every look while the sequence has handed out nothing since it was set',
-    file: STEP,
-    find: '    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;',
-    replace: '    v_raw := NULL;',
+    file: LOOP,
+    find: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;",
+    replace: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    v_raw := NULL;",
     tests: ['watermark/step'],
   },
   // The client's check of a payload's size (src/outbox/event.ts): a bound
@@ -232,7 +234,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-never',
     what: 'step at once on a number whose writer still holds the fence',
-    file: STEP,
+    file: LOOP,
     find: '    v_defer := NOT CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})\n                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
     replace: '    v_defer := false;',
     tests: ['watermark/loop'],
@@ -240,7 +242,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-forever',
     what: 'put the step off for as long as the fence is held',
-    file: STEP,
+    file: LOOP,
     find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
     replace: '     THEN',
     tests: ['watermark/loop'],
@@ -248,7 +250,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-past-run',
     what: 'put a step off past the end of the run (a run no longer than the interval never steps)',
-    file: STEP,
+    file: LOOP,
     find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
     replace: '     AND v_t0 <= v_defer_end THEN',
     tests: ['watermark/loop'],
@@ -256,7 +258,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-stored-candidates',
     what: 'a new run puts its first step off although candidates a run before stored wait',
-    file: STEP,
+    file: LOOP,
     find: '    SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at FROM {{schema}}.watermark x;',
     replace: '    SELECT x.safe_seq INTO r.safe_seq FROM {{schema}}.watermark x;',
     tests: ['watermark/loop'],
@@ -264,10 +266,69 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-lock-held',
     what: "leave the look's try-lock held",
-    file: STEP,
+    file: LOOP,
     find: '                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
     replace: '                        THEN true ELSE false END;',
     tests: ['watermark/loop'],
+  },
+  // The idle loop sleeps until a writer wakes it (issue 21, §3.13).
+  {
+    id: 'sleep-no-try-lock',
+    what: 'go to sleep without learning that no writer holds the fence',
+    file: LOOP,
+    find: '    r.arming := false;\n    v_sleep := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}}) THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
+    replace: '    r.arming := false;\n    v_sleep := true;',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'sleep-no-last-look',
+    what: 'go to sleep on the look before the arming, not one after the try-lock',
+    file: LOOP,
+    find: '      IF v_raw IS NOT DISTINCT FROM r.safe_seq AND r.oldest_pending_at IS NULL THEN',
+    replace: '      IF r.oldest_pending_at IS NULL THEN',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'wake-before-fence',
+    what: 'the writer reads wake before it holds the fence',
+    file: LOOP,
+    find: 'BEGIN\n  PERFORM pg_catalog.pg_advisory_xact_lock_shared({{fence_key}});\n  IF pg_catalog.pg_sequence_last_value(',
+    replace:
+      "DECLARE\n  v_armed boolean := pg_catalog.pg_sequence_last_value('{{schema}}.wake'::pg_catalog.regclass) > pg_catalog.date_part('epoch', pg_catalog.statement_timestamp()) * 1000;\n" +
+      'BEGIN\n  PERFORM pg_catalog.pg_advisory_xact_lock_shared({{fence_key}});\n  IF v_armed AND pg_catalog.pg_sequence_last_value(',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'wake-no-notify',
+    what: 'a writer that finds the loop asleep does not wake it',
+    file: LOOP,
+    find: "      PERFORM pg_catalog.pg_notify({{wake_channel}}, '');",
+    replace: '      NULL;',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'wake-no-disarm',
+    what: 'a woken loop leaves wake armed, so writers go on notifying',
+    file: LOOP,
+    find: "    IF pg_catalog.pg_sequence_last_value('{{schema}}.wake'::pg_catalog.regclass) > 0 THEN",
+    replace: '    IF false THEN',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'resume-takes-lease',
+    what: 'a resumed run takes again a lease released while it slept',
+    file: LOOP,
+    find: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
+    replace: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF false THEN',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'wake-no-fallback',
+    what: 'the client sleeps until a wake-up, however long none comes',
+    file: 'src/watermark/loop.ts',
+    find: "const timer = setTimeout(() => finish('timeout'), untilMs - performance.now());",
+    replace: 'const timer = setTimeout(() => undefined, 0);',
+    tests: ['watermark/wake'],
   },
   // Client statements resolve nothing outside pg_catalog (issue 20): each
   // mutant restores one statement as it was, and a decoy in public runs.

@@ -215,7 +215,7 @@ async function tick(client: pg.Client, options: { start?: string; set?: string; 
        r.not_before := clock_timestamp() - interval '1 second'; r.lease_seen_at := clock_timestamp();
        SELECT w.safe_seq INTO r.safe_seq FROM tidemark.watermark w;`;
   await client.query(`DO $$ DECLARE r tidemark.watermarker_loop; BEGIN
-    r := tidemark.watermarker_start('x', 600000, 60000, NULL, 1, 100, 1000, false, true, ${options.start ?? '100'});
+    r := tidemark.watermarker_start('x', 600000, 60000, NULL, 1, 100, 1000, false, true, ${options.start ?? '100'}, false, false);
     ${lead}
     ${options.set ?? ''}
     r := tidemark.watermarker_tick(r);

@@ -1,14 +1,19 @@
 import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { DEFAULT_SCHEMA, notifyChannel, quoteIdent } from '../../db/queryable.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';
+import type { Contender } from '../contenders/types.js';
 import type { Goal, ScenarioResult } from '../report.js';
 import { spawnWorker } from '../worker.js';
 
 /** Above this offered rate, events are batched into transactions (see the method note). */
 const MAX_TX_PER_SEC = 1000;
+
+/** The contenders that also get the idle probes: tidemark, and the naive 5 ms poller as the reference. */
+const IDLE_PROBED = new Set(['tidemark', 'naive']);
 
 interface WriteReport {
   type: 'write';
@@ -26,6 +31,8 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const rates = ctx.pick([1000], [100, 1000, 5000]);
   const windowMs = ctx.pick(1000, 5000);
+  const probes = ctx.pick(3, 50);
+  const idleMs: [number, number] = ctx.pick([1000, 1500], [2000, 10000]);
   const rows: (string | number | null)[][] = [];
   const goals: Goal[] = [];
   const notes: string[] = [];
@@ -87,6 +94,15 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
           goals.push({ goal: 'end-to-end: tidemark commit→handler p50 at 100 events/s', target: '<= 3 ms', measured: `${s.p50.toFixed(2)} ms`, met: s.p50 <= 3 });
         }
       }
+      if (IDLE_PROBED.has(contender.id)) {
+        ctx.progress.step(`end-to-end latency: ${contender.id}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle, ${probes} times`);
+        const { summary: s, undelivered } = await idleProbes(contender, url, received, probes, idleMs);
+        rows.push([contender.title, `1 after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`, 1, null, s.p50, s.p99, s.p999, s.max, undelivered]);
+        if (contender.id === 'tidemark') {
+          goals.push({ goal: `end-to-end: tidemark, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle (${probes} times), p50`, target: '<= 3 ms', measured: `${s.p50.toFixed(2)} ms`, met: s.p50 <= 3 });
+          goals.push({ goal: `end-to-end: tidemark, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle (${probes} times), p99`, target: '<= 10 ms', measured: `${s.p99.toFixed(2)} ms`, met: s.p99 <= 10 });
+        }
+      }
     } finally {
       stop.abort();
       await publications?.close();
@@ -105,7 +121,8 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       `8 writers in a separate process, open loop, ${windowMs / 1000} s per rate, at most ${MAX_TX_PER_SEC} transactions/s (above that, several events per transaction: ` +
       'one connection\'s BEGIN, INSERT, COMMIT with a synchronous commit cannot go much faster here, for any contender); latency from COMMIT returning in the writer to the handler running. ' +
       'Contenders run one after another. "achieved" is what the writers committed; an offered rate a contender cannot sustain shows there. ' +
-      "For tidemark, the notes split each event's latency at the publication that first covered it, as a listener of the bench's own heard it.",
+      "For tidemark, the notes split each event's latency at the publication that first covered it, as a listener of the bench's own heard it. " +
+      `Idle rows (tidemark and the naive poller): ${probes} times, nothing written for a random ${idleMs[0] / 1000}-${idleMs[1] / 1000} s, then one event in a transaction of its own, from the bench's process.`,
     columns: ['contender', 'offered events/s', 'events/tx', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered'],
     rows,
     notes,
@@ -113,6 +130,42 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
     elapsedMs: performance.now() - t0,
   };
 }
+
+/**
+ * `probes` times: nothing written for a random while within `idleMs`, then
+ * one event, and its commit -> handler latency (the consumer under way
+ * notes each arrival in `received`).
+ */
+async function idleProbes(
+  contender: Contender,
+  url: string,
+  received: Map<number, number>,
+  probes: number,
+  idleMs: [number, number],
+): Promise<{ summary: ReturnType<Histogram['summary']>; undelivered: number }> {
+  const writer = await contender.writer(url);
+  const h = new Histogram();
+  let undelivered = 0;
+  try {
+    for (let k = 0; k < probes; k += 1) {
+      await sleep(idleMs[0] + Math.random() * (idleMs[1] - idleMs[0]));
+      const event = { id: IDLE_ID_BASE + k, key: 'idle' };
+      await writer.write([event]);
+      const at = epochMs();
+      const deadline = performance.now() + 5000;
+      while (!received.has(event.id) && performance.now() < deadline) await sleep(1);
+      const got = received.get(event.id);
+      if (got === undefined) undelivered += 1;
+      else h.recordMs(Math.max(0, got - at));
+    }
+  } finally {
+    await writer.close();
+  }
+  return { summary: h.summary(), undelivered };
+}
+
+/** Ids of the idle probes' events: above every rate's (the workers number from (i + 1) * 1e8). */
+const IDLE_ID_BASE = 900_000_000;
 
 /** A connection of the bench's own, LISTENing to the publications of the default schema: each safe_seq and when it was heard. */
 async function listenPublications(url: string): Promise<{ heard: [bigint, number][]; close: () => Promise<void> }> {

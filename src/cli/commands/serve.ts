@@ -101,6 +101,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
             announced = undefined; // announce the lease again once the loop is back
             return;
           }
+          if (event.type === 'wake') return;
           const p = event.type === 'run' ? event.summary : event.progress;
           if (p.leader !== announced) log(p.leader ? 'watermarker lease acquired: active' : `watermarker standby (lease held by ${p.leaseOwner ?? 'nobody'})`);
           announced = p.leader;

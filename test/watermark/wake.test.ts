@@ -1,0 +1,277 @@
+/**
+ * The idle loop sleeps until a writer wakes it (docs/PROTOCOL.md §3.13):
+ * the arming turn, the deciding turn (try-lock, then one more look), the
+ * writer's NOTIFY after it holds the fence, the resumed run, and the
+ * fallback when no wake-up comes. Turns are driven one at a time, with the
+ * writers between them held at lock gates and observed in pg_locks.
+ */
+import assert from 'node:assert/strict';
+import { after, test, type TestContext } from 'node:test';
+import { Watermarker, type WatermarkerEvent } from '../../src/index.js';
+import { fenceKey } from '../../src/db/queryable.js';
+import { closeAdmin, insertEvent, safeSeq, testDb, testRole, waitFor, waitForBlockedStatement, type Session, type TestDb } from '../support/db.js';
+
+after(closeAdmin);
+
+/** The loop sleeps only where no transaction can be prepared (PREPARE refuses one that has notified). */
+async function sleeps(db: TestDb): Promise<boolean> {
+  const r = await db.observer.query<{ n: string }>('SELECT current_setting($1) AS n', ['max_prepared_transactions']);
+  return Number(r.rows[0]!.n) === 0;
+}
+
+async function skipUnlessSleeps(t: TestContext, db: TestDb): Promise<boolean> {
+  if (await sleeps(db)) return false;
+  t.skip('max_prepared_transactions > 0 here: the loop never sleeps (the other test server runs this)');
+  return true;
+}
+
+/** A connection that LISTENs on the wake channel and counts what it got, up to a round trip. */
+async function wakeListener(db: TestDb): Promise<{ count(): Promise<number> }> {
+  const l = await db.session('wake listener');
+  let n = 0;
+  l.client.on('notification', (m) => {
+    if (m.channel === 'tidemark_wake') n += 1;
+  });
+  await l.query('LISTEN tidemark_wake');
+  return {
+    // A notification sent at a commit that has returned is delivered before this query's answer.
+    async count() {
+      await l.query('SELECT 1');
+      return n;
+    },
+  };
+}
+
+async function wakeValue(db: TestDb): Promise<bigint> {
+  const r = await db.observer.query<{ v: string }>(`SELECT pg_sequence_last_value('tidemark.wake') AS v`);
+  return BigInt(r.rows[0]!.v);
+}
+
+interface Turn {
+  reason: string | null;
+  done: boolean;
+  arming: boolean;
+  leader: boolean;
+  steps: number;
+  safe_seq: number;
+}
+
+/**
+ * The loop's state in a temporary table of `c`'s session, and one turn at a
+ * time as the procedure's shell runs it (the tick, then COMMIT), without
+ * the sleeps it plans: the test decides when the next turn runs.
+ */
+async function loop(c: Session, options: { resume?: boolean } = {}) {
+  await c.query('DROP TABLE IF EXISTS st');
+  await c.query(
+    `CREATE TEMP TABLE st AS SELECT tidemark.watermarker_start('x', 10000, 60000, NULL, 1, 100, 0, false, true, 100, true, ${options.resume ?? false}) AS r`,
+  );
+  return async (): Promise<Turn> => {
+    await c.query(`DO $$ DECLARE v tidemark.watermarker_loop; BEGIN
+      v := (SELECT s.r FROM st s); v.sleep_s := NULL;
+      v := tidemark.watermarker_tick(v);
+      UPDATE st SET r = v;
+    END $$`);
+    const r = await c.query(
+      `SELECT (r).reason, (r).done, coalesce((r).arming, false) AS arming, (r).leader, (r).steps::int, (r).safe_seq::int FROM st`,
+    );
+    return r.rows[0] as Turn;
+  };
+}
+
+/** A BEFORE STATEMENT trigger after the fence's (names fire in order) that waits at gate 4242 in sessions that ask for it. */
+async function installGate(db: TestDb): Promise<void> {
+  await db.observer.query(`CREATE FUNCTION public.test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF current_setting('test.gate', true) = 'on' THEN PERFORM pg_advisory_xact_lock_shared(4242); END IF;
+      RETURN NULL;
+    END $$`);
+  await db.observer.query('CREATE TRIGGER events_gate BEFORE INSERT ON tidemark.events FOR EACH STATEMENT EXECUTE FUNCTION public.test_gate()');
+}
+
+test('idle, the loop arms wake, then ends asleep; a writer then notifies at its commit, and a resumed run disarms and publishes without writing the lease', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const c = await db.session('loop');
+  const listener = await wakeListener(db);
+  const turn = await loop(c);
+
+  assert.equal((await turn()).leader, true, 'the first turn takes the lease');
+  const before = BigInt(Date.now());
+  const arming = await turn();
+  assert.deepEqual([arming.arming, arming.done], [true, false], 'idle past the grace (0): this turn arms');
+  assert.ok((await wakeValue(db)) > before, 'wake holds an instant to come');
+  assert.deepEqual([(await turn()).reason, (await c.query('SELECT (r).done FROM st')).rows[0].done], ['asleep', true]);
+  assert.equal(await listener.count(), 0, 'nobody wrote: no wake-up');
+
+  const w = await db.session('writer');
+  assert.equal(await insertEvent(w), 1n);
+  assert.equal(await listener.count(), 1, "the writer's commit sent one wake-up");
+
+  const lease = async () => (await db.observer.query('SELECT lease_expires_at FROM tidemark.watermark')).rows[0].lease_expires_at as Date;
+  const expiry = await lease();
+  const resumed = await loop(c, { resume: true });
+  assert.equal((await resumed()).leader, true, 'the resumed run keeps its lease');
+  assert.equal(await wakeValue(db), 0n, 'and disarms wake');
+  assert.deepEqual(await lease(), expiry, 'a lease not yet due for renewal is not written');
+  assert.deepEqual([(await resumed()).steps, await safeSeq(db.observer)], [1, 1n], 'the next turn publishes');
+
+  assert.equal(await insertEvent(w), 2n);
+  assert.equal(await listener.count(), 1, 'awake, writers do not notify');
+});
+
+test('the deciding turn: a writer holding the fence before drawing keeps the loop awake (the try-lock), and so does a number drawn after the arming (the last look)', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  await installGate(db);
+  const c = await db.session('loop');
+  const listener = await wakeListener(db);
+  const gate = await db.session('gate');
+  await gate.query('SELECT pg_advisory_lock(4242)');
+  const w = await db.session('writer');
+  await w.query(`SET test.gate = 'on'`);
+  // W holds the fence and has read wake (0: the loop is awake) but drawn no number.
+  const inserted = insertEvent(w);
+  await waitForBlockedStatement(db.observer, 'INSERT INTO');
+
+  const turn = await loop(c);
+  await turn();
+  assert.equal((await turn()).arming, true, 'no number drawn: the loop arms');
+  const held = await turn();
+  assert.deepEqual([held.reason, held.done], [null, false], 'the fence is held: the loop stays awake');
+  assert.equal(await wakeValue(db), 0n, 'and disarms');
+  assert.equal((await turn()).arming, true, 'idle still: it arms again');
+
+  // W draws and commits after the arming, having read wake before it: no wake-up.
+  await gate.query('SELECT pg_advisory_unlock(4242)');
+  assert.equal(await inserted, 1n);
+  assert.equal(await listener.count(), 0);
+  const drawn = await turn();
+  assert.deepEqual([drawn.reason, drawn.done], [null, false], 'the last look finds the number: awake');
+  assert.equal(await wakeValue(db), 0n);
+  assert.deepEqual([(await turn()).steps, await safeSeq(db.observer)], [1, 1n], 'and publishes it at once');
+});
+
+test('a writer that waited for the fence while the loop armed reads wake after it gets the fence, and notifies', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const c = await db.session('loop');
+  const listener = await wakeListener(db);
+  const turn = await loop(c);
+  await turn();
+  // Another session holds the exclusive side: the writer waits in its trigger, before reading wake.
+  const x = await db.session('exclusive');
+  await x.query('SELECT pg_advisory_lock($1::bigint)', [fenceKey('tidemark').toString()]);
+  const w = await db.session('writer');
+  const inserted = insertEvent(w);
+  await waitForBlockedStatement(db.observer, 'INSERT INTO');
+  assert.equal((await turn()).arming, true);
+  await x.query('SELECT pg_advisory_unlock($1::bigint)', [fenceKey('tidemark').toString()]);
+  assert.equal(await inserted, 1n);
+  assert.equal(await listener.count(), 1, 'it read wake armed');
+  const decided = await turn();
+  assert.equal(decided.done, false, 'and the loop, seeing the number, stays awake');
+});
+
+test('a resumed run whose lease was released meanwhile ends "released" and does not take it again', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const c = await db.session('loop');
+  const turn = await loop(c);
+  await turn();
+  await turn();
+  assert.equal((await turn()).reason, 'asleep');
+  await db.observer.query(`SELECT tidemark.release_lease('x')`);
+  const run = (await c.query(`CALL tidemark.run_watermarker('x', p_run_ms => 1000, p_sleep => true, p_resume => true)`)).rows[0];
+  assert.deepEqual([run.reason, run.leader, run.lease_owner], ['released', false, null]);
+  assert.equal((await db.observer.query('SELECT lease_owner FROM tidemark.watermark')).rows[0].lease_owner, null);
+});
+
+test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs again within summaryIntervalMs, and never publishes a writer still in flight', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const events: WatermarkerEvent[] = [];
+  const wm = new Watermarker(db.pool(), { owner: 'wm', idleGraceMs: 0, summaryIntervalMs: 1500, observer: (e) => void events.push(e) });
+  const ac = new AbortController();
+  const running = wm.run(ac.signal);
+  db.defer(async () => {
+    ac.abort();
+    await running;
+    await wm.close();
+  });
+  const asleepAfter = (i: number) => waitFor('the loop asleep', async () => events.slice(i).some((e) => e.type === 'run' && e.summary.reason === 'asleep'));
+  const wakeAfter = (i: number) => waitFor('a wake', async () => events.slice(i).find((e) => e.type === 'wake'));
+
+  await asleepAfter(0);
+  let mark = events.length;
+  const w = await db.session('writer');
+  assert.equal(await insertEvent(w), 1n);
+  const woken = await wakeAfter(mark);
+  assert.equal(woken.type === 'wake' && woken.cause, 'notified', "the writer's commit woke the loop");
+  await waitFor('1 published', async () => (await safeSeq(db.observer)) === 1n);
+
+  // The wake-up lost: wake cleared under the sleeping loop, so the next writer does not notify.
+  mark = events.length;
+  await asleepAfter(mark);
+  await db.observer.query(`SELECT setval('tidemark.wake', 0, true)`);
+  mark = events.length;
+  await w.query('BEGIN');
+  assert.equal(await insertEvent(w), 2n);
+  const wake = await wakeAfter(mark);
+  assert.equal(wake.type === 'wake' && wake.cause, 'timeout', 'no wake-up came: the loop ran again by itself');
+  // The run after it finds the writer in flight and holds its number back.
+  await waitFor('a step that found the writer in flight', async () =>
+    events.slice(mark).some((e) => e.type === 'run' && e.summary.pending > 0),
+  );
+  assert.equal(await safeSeq(db.observer), 1n, 'not published while its writer is in flight');
+  await w.query('COMMIT');
+  await waitFor('2 published once committed', async () => (await safeSeq(db.observer)) === 2n);
+});
+
+test('where transactions may be prepared, the loop never sleeps, so writers never notify', async (t) => {
+  const db = await testDb(t);
+  if (await sleeps(db)) {
+    t.skip('max_prepared_transactions = 0 here (the embedded test server enables it and runs this)');
+    return;
+  }
+  const c = await db.session('loop');
+  const listener = await wakeListener(db);
+  const turn = await loop(c);
+  await turn();
+  for (let i = 0; i < 5; i += 1) {
+    const r = await turn();
+    assert.deepEqual([r.arming, r.done], [false, false], `turn ${i}: idle, but awake`);
+  }
+  assert.equal(await wakeValue(db), 0n);
+  await insertEvent(await db.session('writer'));
+  assert.equal(await listener.count(), 0);
+});
+
+test('a writer needs no privilege on wake: with every sequence of the schema revoked from PUBLIC, a writer role inserts, and wakes the loop', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const role = testRole(t, 'wake_writer');
+  await db.observer.query(`CREATE ROLE ${role} LOGIN`);
+  await db.observer.query('SELECT tidemark.grant_writer($1)', [role]);
+  await db.observer.query('REVOKE ALL ON ALL SEQUENCES IN SCHEMA tidemark FROM PUBLIC');
+  const listener = await wakeListener(db);
+  const c = await db.session('loop');
+  const turn = await loop(c);
+  await turn();
+  await turn();
+  assert.equal((await turn()).reason, 'asleep');
+  const w = await db.session('writer');
+  await w.query(`SET ROLE ${role}`);
+  assert.equal(await insertEvent(w), 1n);
+  assert.equal(await listener.count(), 1);
+});
+
+test('p_sleep with a run longer than the lease renewal interval is refused: asleep, nothing would renew the lease', async (t) => {
+  const db = await testDb(t);
+  const c = await db.session('loop');
+  await assert.rejects(
+    c.query(`CALL tidemark.run_watermarker('x', p_run_ms => 5000, p_lease_ttl_ms => 9000, p_sleep => true)`),
+    (err: { code?: string; message: string }) => err.code === '22023' && /p_run_ms \(5000\) must not exceed the lease renewal interval \(3000 ms\)/.test(err.message),
+  );
+  assert.equal((await db.observer.query('SELECT lease_owner FROM tidemark.watermark')).rows[0].lease_owner, null, 'nothing taken');
+});
