@@ -226,8 +226,12 @@ BEGIN
       PERFORM pg_catalog.setval('{{schema}}.wake'::pg_catalog.regclass, 0, true);
     END IF;
     -- Candidates a run before stored count as waiting (no step is put off
-    -- for a look, below, while they may be publishable).
-    SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at FROM {{schema}}.watermark x;
+    -- for a look, below, while they may be publishable). The idle grace
+    -- runs from the last publication, whichever run made it: a run that
+    -- begins in a pause of a steady flow must not go to sleep at its first
+    -- idle look (writers would notify, each commit of theirs serialised).
+    SELECT x.safe_seq, (x.candidates[1]).taken_at, x.updated_at INTO r.safe_seq, r.oldest_pending_at, r.last_advance_at
+      FROM {{schema}}.watermark x;
     r.tick_at := pg_catalog.clock_timestamp();
     r.not_before := r.tick_at;
     r.lease_seen_at := r.tick_at;

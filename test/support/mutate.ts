@@ -259,8 +259,8 @@ const MUTANTS: Mutant[] = [
     id: 'defer-stored-candidates',
     what: 'a new run puts its first step off although candidates a run before stored wait',
     file: LOOP,
-    find: '    SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at FROM {{schema}}.watermark x;',
-    replace: '    SELECT x.safe_seq INTO r.safe_seq FROM {{schema}}.watermark x;',
+    find: 'SELECT x.safe_seq, (x.candidates[1]).taken_at, x.updated_at INTO r.safe_seq, r.oldest_pending_at, r.last_advance_at',
+    replace: 'SELECT x.safe_seq, x.updated_at INTO r.safe_seq, r.last_advance_at',
     tests: ['watermark/loop'],
   },
   {
@@ -320,6 +320,14 @@ const MUTANTS: Mutant[] = [
     file: LOOP,
     find: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
     replace: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF false THEN',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'grace-per-run',
+    what: 'the idle grace counts from each run start, so a run that begins in a pause of a flow goes to sleep at once',
+    file: LOOP,
+    find: 'SELECT x.safe_seq, (x.candidates[1]).taken_at, x.updated_at INTO r.safe_seq, r.oldest_pending_at, r.last_advance_at',
+    replace: 'SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at',
     tests: ['watermark/wake'],
   },
   {

@@ -61,10 +61,10 @@ interface Turn {
  * time as the procedure's shell runs it (the tick, then COMMIT), without
  * the sleeps it plans: the test decides when the next turn runs.
  */
-async function loop(c: Session, options: { resume?: boolean } = {}) {
+async function loop(c: Session, options: { resume?: boolean; graceMs?: number } = {}) {
   await c.query('DROP TABLE IF EXISTS st');
   await c.query(
-    `CREATE TEMP TABLE st AS SELECT tidemark.watermarker_start('x', 10000, 60000, NULL, 1, 100, 0, false, true, 100, true, ${options.resume ?? false}) AS r`,
+    `CREATE TEMP TABLE st AS SELECT tidemark.watermarker_start('x', 10000, 60000, NULL, 1, 100, ${options.graceMs ?? 0}, false, true, 100, true, ${options.resume ?? false}) AS r`,
   );
   return async (): Promise<Turn> => {
     await c.query(`DO $$ DECLARE v tidemark.watermarker_loop; BEGIN
@@ -171,6 +171,26 @@ test('a writer that waited for the fence while the loop armed reads wake after i
   assert.equal(await listener.count(), 1, 'it read wake armed');
   const decided = await turn();
   assert.equal(decided.done, false, 'and the loop, seeing the number, stays awake');
+});
+
+test('the idle grace runs from the last publication, whichever run made it: a run that begins in a pause of a flow does not arm at its first idle look', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const c = await db.session('loop');
+  let turn = await loop(c, { graceMs: 60_000 });
+  await turn();
+  await insertEvent(await db.session('writer'));
+  assert.equal((await turn()).steps, 1, 'published');
+  // A new run, as after a run's end: its first idle look is within the grace of that publication.
+  turn = await loop(c, { graceMs: 60_000 });
+  await turn();
+  const look = await turn();
+  assert.deepEqual([look.arming, look.done], [false, false], 'within the grace: awake');
+  // The same run start long after the last publication arms at once.
+  await db.observer.query(`UPDATE tidemark.watermark SET updated_at = now() - interval '2 minutes'`);
+  turn = await loop(c, { graceMs: 60_000 });
+  await turn();
+  assert.equal((await turn()).arming, true, 'past the grace: it arms');
 });
 
 test('a resumed run whose lease was released meanwhile ends "released" and does not take it again', async (t) => {
