@@ -90,12 +90,12 @@ export class LoopConnection {
       const clock = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
         client.query<{ now: Date }>('SELECT pg_catalog.statement_timestamp() AS now'),
       );
-      // A run may also wait up to the session's lock_timeout (5 s) for the watermark row (an operator's lock).
       // Wake-ups that arrived before now are answered by this run's own
       // looks; those that arrive during it are delivered when it returns.
       this.woken = false;
       const resume = this.asleep;
       this.asleep = false;
+      // A run may also wait up to the session's lock_timeout (5 s) for the watermark row (an operator's lock).
       const result = await withDeadline(client, o.summaryIntervalMs + LOOP_LOCK_TIMEOUT_MS + o.responseTimeoutMs, 'the watermark loop', () =>
         client.query<RunRow>(this.call(client, resume)),
       );
