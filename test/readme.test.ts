@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readdir, readFile, stat } from 'node:fs/promises';
-import { after, before, test } from 'node:test';
+import { readFile } from 'node:fs/promises';
+import { after, test } from 'node:test';
 import { promisify } from 'node:util';
 import { closeAdmin, testDb, waitFor } from './support/db.js';
 import { exited, startCli } from './support/cli.js';
@@ -12,19 +12,8 @@ after(closeAdmin);
 
 const root = new URL('../', import.meta.url);
 
-// The examples import 'tidemark' as users do, i.e. the built dist/. Rebuild
-// it when a source file is newer, so a stale build cannot fail (or pass)
-// them; an up-to-date dist/ is never rewritten, so concurrent test runs in
-// one checkout do not read each other's half-written build.
-before(async () => {
-  const built = await stat(new URL('dist/index.js', root)).then((s) => s.mtimeMs, () => 0);
-  const sources = await readdir(new URL('src/', root), { recursive: true });
-  const newest = Math.max(...(await Promise.all(sources.map((f) => stat(new URL(`src/${f}`, root)).then((s) => s.mtimeMs)))));
-  if (newest <= built) return;
-  await promisify(execFile)(process.execPath, [new URL('node_modules/typescript/bin/tsc', root).pathname, '-p', 'tsconfig.build.json'], {
-    cwd: new URL('.', root).pathname,
-  });
-});
+// The examples import 'tidemark' as users do, i.e. the built dist/, which
+// test/support/run.ts builds before any test starts.
 
 test('the README shows examples/outbox.ts verbatim, and it runs as shown', async (t) => {
   const readme = await readFile(new URL('README.md', root), 'utf8');

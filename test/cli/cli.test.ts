@@ -6,17 +6,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { promisify } from 'node:util';
+import { cliBin } from '../support/cli.js';
 import { closeAdmin, insertEvent, safeSeq, testDb } from '../support/db.js';
 
 after(closeAdmin);
 
-const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
 const run = promisify(execFile);
 
 async function tidemark(args: string[], env: NodeJS.ProcessEnv = {}, cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
   const { DATABASE_URL: _ignored, ...base } = process.env;
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', import.meta.resolve('tsx'), main, ...args], { env: { ...base, ...env }, cwd });
+    const { stdout, stderr } = await run(process.execPath, [cliBin, ...args], { env: { ...base, ...env }, cwd });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };

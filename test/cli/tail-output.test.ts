@@ -4,12 +4,10 @@ import { openSync, closeSync } from 'node:fs';
 import { after, test } from 'node:test';
 import { Watermarker } from '../../src/index.js';
 import { closeAdmin, testDb, type TestDb } from '../support/db.js';
-import { exited, startCli } from '../support/cli.js';
+import { cliBin, cliShell, exited, startCli } from '../support/cli.js';
 
 after(closeAdmin);
 
-const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
-const tsx = import.meta.resolve('tsx');
 
 /** `n` published events on stream `s`. */
 async function seed(db: TestDb, n: number): Promise<void> {
@@ -26,7 +24,7 @@ async function cursor(db: TestDb, consumer: string): Promise<number> {
 
 /** Runs a shell command line in which `TIDEMARK` stands for the CLI; resolves with exit code and stderr. */
 function sh(line: string, env: NodeJS.ProcessEnv): Promise<{ code: number; stderr: string }> {
-  const child = spawn('sh', ['-c', line.replace('TIDEMARK', `'${process.execPath}' --import '${tsx}' '${main}'`)], {
+  const child = spawn('sh', ['-c', line.replace('TIDEMARK', cliShell)], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -39,7 +37,7 @@ test('tail --once to a full disk exits 1 with one line and leaves the cursor whe
   const db = await testDb(t);
   await seed(db, 50);
   const full = openSync('/dev/full', 'w');
-  const child = spawn(process.execPath, ['--import', tsx, main, 'tail', '--consumer', 'c', '--stream', 's', '--once', '--batch', '20'], {
+  const child = spawn(process.execPath, [cliBin, 'tail', '--consumer', 'c', '--stream', 's', '--once', '--batch', '20'], {
     env: { ...process.env, DATABASE_URL: db.url },
     stdio: ['ignore', full, 'pipe'],
   });

@@ -1,7 +1,15 @@
-/** Runs the tidemark CLI (TypeScript source, through tsx) as a child process. */
+/**
+ * Runs the tidemark CLI as users run it: `bin/tidemark.js`, the published
+ * entry point, over the compiled `dist/` (test/support/run.ts builds it
+ * before any test starts). Every test that starts the CLI goes through here.
+ */
 import { spawn, type ChildProcess } from 'node:child_process';
 
-const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
+/** The published entry point. */
+export const cliBin = new URL('../../bin/tidemark.js', import.meta.url).pathname;
+
+/** The command line that starts the CLI, for a shell: `${cliShell} tail ...`. */
+export const cliShell = `'${process.execPath}' '${cliBin}'`;
 
 export interface CliResult {
   code: number;
@@ -16,7 +24,7 @@ function env(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 
 /** Starts `tidemark ...args`; the caller owns the process. */
 export function startCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): ChildProcess {
-  return spawn(process.execPath, ['--import', import.meta.resolve('tsx'), main, ...args], {
+  return spawn(process.execPath, [cliBin, ...args], {
     env: env(options.env ?? {}),
     cwd: options.cwd,
     stdio: ['pipe', 'pipe', 'pipe'],

@@ -11,6 +11,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
+import { cliBin } from './cli.js';
 
 /** A postmaster as its postmaster.pid describes it. */
 export interface Postmaster {
@@ -72,8 +73,6 @@ export async function privateDir(t: TestContext): Promise<string> {
   return cwd;
 }
 
-const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
-
 /**
  * Starts `tidemark ...args` in `cwd` as the leader of a process group of its
  * own, as a shell starts a foreground job: `process.kill(-child.pid,
@@ -82,7 +81,7 @@ const main = new URL('../../src/cli/main.ts', import.meta.url).pathname;
  */
 export function startCliGroup(args: string[], cwd: string): ChildProcess {
   const { DATABASE_URL: _ignored, ...env } = process.env;
-  return spawn(process.execPath, ['--import', import.meta.resolve('tsx'), main, ...args], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  return spawn(process.execPath, [cliBin, ...args], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
 }
 
 /** The shared server's data directory under `cwd`. */

@@ -7,10 +7,11 @@
  * create databases); without it, an embedded PostgreSQL is started in a
  * temporary directory and removed afterwards.
  */
-import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { execFile, spawn } from 'node:child_process';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../src/db/embedded.js';
 import { migrate } from '../../src/schema/migrate.js';
@@ -27,6 +28,21 @@ async function testFiles(dir: string): Promise<string[]> {
     else if (entry.isFile() && entry.name.endsWith('.test.ts')) files.push(relative(root, path));
   }
   return files.sort();
+}
+
+/**
+ * Compiles src/ into dist/ when a source file is newer than the build: the
+ * tests start the CLI as users do (bin/tidemark.js over dist/), and the
+ * examples import 'tidemark', i.e. dist/. An up-to-date dist/ is never
+ * rewritten, so concurrent runs in one checkout do not read each other's
+ * half-written build.
+ */
+async function build(): Promise<void> {
+  const built = await stat(join(root, 'dist/index.js')).then((s) => s.mtimeMs, () => 0);
+  const sources = await readdir(join(root, 'src'), { recursive: true });
+  const newest = Math.max(...(await Promise.all(sources.map((f) => stat(join(root, 'src', f)).then((s) => s.mtimeMs)))));
+  if (newest <= built) return;
+  await promisify(execFile)(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { cwd: root });
 }
 
 function withDatabase(url: string, database: string): string {
@@ -51,6 +67,8 @@ async function main(): Promise<number> {
     console.error(`no test files match ${filters.join(' ')}`);
     return 1;
   }
+
+  await build();
 
   let embedded: EmbeddedPostgresHandle | undefined;
   let dataDir: string | undefined;
