@@ -14,7 +14,8 @@ export type TidemarkErrorCode =
   | 'HANDLER_FAILED'
   | 'FENCE_BUSY'
   | 'CONNECTION_LOST'
-  | 'SINK_FAILED';
+  | 'SINK_FAILED'
+  | 'INEXACT_NUMBER';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -50,6 +51,38 @@ export class InvalidEventError extends TidemarkError {
     super('INVALID_EVENT', `event[${index}].${field}: ${message}`);
     this.index = index;
     this.field = field;
+  }
+}
+
+/**
+ * A delivered event's `payload` or `headers` holds a number that a
+ * JavaScript number cannot hold exactly (more digits than a double keeps,
+ * or out of its range), so the parsed value would change it. Thrown when the
+ * handler reads `event.payload` (or `event.headers`); `event.payloadText`
+ * (`headersText`) has PostgreSQL's text, byte for byte, for a parser that
+ * keeps such numbers. Inside a handler it ends the tail as a
+ * `HandlerError`, as any error of the handler's does.
+ */
+export class InexactNumberError extends TidemarkError {
+  /** The event. */
+  readonly seq: bigint;
+  /** `payload` or `headers`. */
+  readonly field: 'payload' | 'headers';
+  /** The number as PostgreSQL wrote it (the first such number in the text). */
+  readonly number: string;
+  /** Its offset in the text, in UTF-16 code units. */
+  readonly offset: number;
+
+  constructor(seq: bigint, field: 'payload' | 'headers', number: string, offset: number) {
+    const shown = number.length > 40 ? `${number.slice(0, 20)}...${number.slice(-12)} (${number.length} characters)` : number;
+    super(
+      'INEXACT_NUMBER',
+      `seq ${seq}: the ${field} holds the number ${shown} (at character ${offset}), which a JavaScript number cannot hold exactly; read event.${field}Text, PostgreSQL's text, with a parser that keeps it`,
+    );
+    this.seq = seq;
+    this.field = field;
+    this.number = number;
+    this.offset = offset;
   }
 }
 

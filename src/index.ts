@@ -57,6 +57,7 @@ export {
   FenceBusyError,
   ConnectionLostError,
   SinkError,
+  InexactNumberError,
   isRetryable,
 } from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

@@ -14,6 +14,7 @@ test('the public exports change only on purpose', () => {
     'EVENT_LIMITS',
     'FenceBusyError',
     'HandlerError',
+    'InexactNumberError',
     'InvalidEventError',
     'InvalidOptionsError',
     'MIN_RETENTION_MS',

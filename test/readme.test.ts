@@ -127,7 +127,7 @@ test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verb
       })
     ).stdout;
   assert.equal(await run('relay.ts'), 'relayed orders through seq 2\n');
-  const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total":${total}}\n`;
+  const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total": ${total}}\n`;
   assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7));
   assert.equal(await run('relay.ts'), 'relayed orders through seq 4\n', 'a second run relays only the new events');
   assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7) + line(3, 42) + line(4, 7), 'each event once, in seq order');
@@ -166,5 +166,5 @@ test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the rela
     relay.kill('SIGTERM');
   }
   assert.equal(await exited(relay), 0);
-  assert.equal((await consumer()).stdout, 'orders.order.placed tidemark:1: {"total":42}\norders.order.placed tidemark:2: {"total":7}\n');
+  assert.equal((await consumer()).stdout, 'orders.order.placed tidemark:1: {"total": 42}\norders.order.placed tidemark:2: {"total": 7}\n');
 });

@@ -177,7 +177,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .requiredOption('--stream <name>', 'stream to follow')
     .option('--bootstrap', 'first move the cursor to the present (a fresh snapshot point)')
     .option('--once', 'deliver what is visible now, then exit')
-    .option('--json', 'NDJSON output (default: tab-separated seq, kind, key, payload)')
+    .option('--json', 'NDJSON output, payload and headers as PostgreSQL\'s text (default: tab-separated seq, kind, key, payload, escaped as COPY text)')
     .option('--limit <n>', 'stop after n events')
     .option('--batch <n>', 'events per page', '500')
     .option('--poll <duration>', 'poll interval when no notification arrives', '1s')

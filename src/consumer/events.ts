@@ -11,10 +11,20 @@ export interface StreamEvent {
   kind: string;
   /** Entity reference, e.g. the order id. */
   key: string;
-  /** Event body. */
-  payload: JsonObject;
-  /** Metadata such as trace ids. */
-  headers: JsonObject;
+  /**
+   * Event body, parsed from `payloadText`. A number that a JavaScript
+   * number cannot hold exactly (an integer beyond 2^53 such as
+   * `12345678901234567890`, `1e400`, `1e-400`) is never changed: reading
+   * `payload` of such an event throws `InexactNumberError`; use
+   * `payloadText`.
+   */
+  readonly payload: JsonObject;
+  /** The payload as PostgreSQL's own text (`payload::text`), byte for byte. */
+  readonly payloadText: string;
+  /** Metadata such as trace ids, parsed from `headersText` as `payload` is from its text. */
+  readonly headers: JsonObject;
+  /** The headers as PostgreSQL's own text (`headers::text`), byte for byte. */
+  readonly headersText: string;
   /** When the writer's transaction started (`now()` at insert). */
   occurredAt: Date;
 }

@@ -2,7 +2,8 @@ import type pg from 'pg';
 import { ConnectionLostError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
 import { quoteIdent, sqlText } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
-import type { Handler, StreamEvent } from './events.js';
+import type { Handler } from './events.js';
+import { streamEvent } from './exact-json.js';
 
 /** The cursor statements of one schema, shared by pages and bootstrap. */
 export interface PageSql {
@@ -26,6 +27,14 @@ export interface PageSql {
 }
 
 /**
+ * An event's columns as a page reads them: payload and headers as
+ * PostgreSQL's own text, which the handler gets byte for byte (parsed only
+ * when it reads `payload`, never re-serialised: see exact-json.ts).
+ */
+const EVENT_COLUMNS = (t: string) =>
+  `${t}.seq, ${t}.kind, ${t}.key, ${t}.payload::pg_catalog.text AS payload, ${t}.headers::pg_catalog.text AS headers, ${t}.occurred_at`;
+
+/**
  * Builds the page statements. The page itself is the SQL consumer contract
  * (migration 0006): `read_page` locks the cursor, checks the horizon and
  * reads below safe_seq in the transaction's REPEATABLE READ snapshot;
@@ -39,7 +48,7 @@ export function pageSql(schema: string): PageSql {
   const begin = (lockTimeoutMs: number) => `BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`;
   const read = (consumer: string, stream: string, limit: number) => {
     const names = `${sqlText(consumer)}, ${sqlText(stream)}`;
-    return `SELECT * FROM ${s}.read_page(${names}, ${Math.trunc(limit)}); SELECT * FROM ${s}.page_info(${names})`;
+    return `SELECT ${EVENT_COLUMNS('p')} FROM ${s}.read_page(${names}, ${Math.trunc(limit)}) p; SELECT * FROM ${s}.page_info(${names})`;
   };
   return {
     open: (consumer, stream, limit, lockTimeoutMs) => `${begin(lockTimeoutMs)}; ${read(consumer, stream, limit)}`,
@@ -52,7 +61,7 @@ export function pageSql(schema: string): PageSql {
     // The next page's events, read ahead on another connection: one
     // statement, so safe_seq and the events come from one snapshot, as in
     // read_page. No lock and no horizon: the page that uses them checks both.
-    prefetch: `SELECT ev.seq, ev.kind, ev.key, ev.payload, ev.headers, ev.occurred_at
+    prefetch: `SELECT ${EVENT_COLUMNS('ev')}
   FROM ${s}.events ev
  WHERE ev.stream = $1 AND ev.seq > $2 AND ev.seq <= (SELECT w.safe_seq FROM ${s}.watermark w)
  ORDER BY ev.seq
@@ -90,8 +99,10 @@ export interface EventRow {
   seq: string;
   kind: string;
   key: string;
-  payload: StreamEvent['payload'];
-  headers: StreamEvent['headers'];
+  /** `payload::text`. */
+  payload: string;
+  /** `headers::text`. */
+  headers: string;
   occurred_at: Date;
 }
 
@@ -213,15 +224,15 @@ export async function runPage(
   try {
     for (const row of rows) {
       if (signal.aborted) break;
-      const event: StreamEvent = {
+      const event = streamEvent({
         seq: BigInt(row.seq),
         stream,
         kind: row.kind,
         key: row.key,
-        payload: row.payload,
-        headers: row.headers,
+        payloadText: row.payload,
+        headersText: row.headers,
         occurredAt: row.occurred_at,
-      };
+      });
       try {
         await handler(event, tx, context);
       } catch (err) {

@@ -82,3 +82,15 @@ export interface Sink {
   /** Closes the broker connection. Idempotent. */
   close(): Promise<void>;
 }
+
+/**
+ * The event's own headers whose values are strings, from PostgreSQL's text
+ * of them: what a sink may copy under the headers' own names (every header,
+ * whatever its type, also travels exactly as that text). A string parses
+ * back exactly; the other values are not read, so a number a JavaScript
+ * number cannot hold exactly is not refused here.
+ */
+export function stringHeaders(headersText: string): [name: string, value: string][] {
+  const headers = JSON.parse(headersText) as Record<string, unknown>;
+  return Object.entries(headers).filter((entry): entry is [string, string] => typeof entry[1] === 'string');
+}

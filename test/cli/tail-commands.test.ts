@@ -38,7 +38,7 @@ test('append then tail --once --json returns exactly the events, in order, once'
   assert.equal(again.stdout, '', 'the durable cursor moved past them');
 
   const limited = await cli(['tail', '--consumer', 'other-reader', '--stream', 'orders', '--once', '--limit', '2'], { env });
-  assert.equal(limited.stdout, '1\torder.placed\to-1\t{"total":42}\n2\tk\ta\t{}\n');
+  assert.equal(limited.stdout, '1\torder.placed\to-1\t{"total": 42}\n2\tk\ta\t{}\n');
 
   // A bad line in --ndjson stops before its batch; nothing of it is written.
   const bad = await cli(['append', '--ndjson'], { env, input: '{"stream":"orders","kind":"k"}\n' });

@@ -93,7 +93,7 @@ test('a page uses events read ahead only when the locked cursor is where the rea
   // Rows told apart by kind; their seqs are the first two of the stream, as
   // a read ahead from 0 would return them (lock_page refuses a read ahead
   // whose rows are not all of the stream's events in their range).
-  const fake: EventRow[] = written.slice(0, 2).map((seq) => ({ seq: String(seq), kind: 'fake', key: 'fake', payload: {}, headers: {}, occurred_at: new Date() }));
+  const fake: EventRow[] = written.slice(0, 2).map((seq) => ({ seq: String(seq), kind: 'fake', key: 'fake', payload: '{}', headers: '{}', occurred_at: new Date() }));
   const run = async (after: bigint) => {
     const hold = await CursorHold.open(pool, 'tidemark', 'c', 's', undefined, 10_000);
     const got: StreamEvent[] = [];

@@ -337,7 +337,9 @@ test('events reach the handler with their fields; drain honours maxEvents; bad a
     kind: 'order.placed',
     key: 'o-1',
     payload: { total: 42 },
+    payloadText: '{"total": 42}',
     headers: { trace: 't1' },
+    headersText: '{"trace": "t1"}',
     occurredAt: undefined,
   });
   assert.ok(seen[0]!.occurredAt instanceof Date);

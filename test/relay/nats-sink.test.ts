@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { after, test, type TestContext } from 'node:test';
 import { jetstreamManager, StorageType, type JetStreamManager, type StoredMsg } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { streamEvent } from '../../src/consumer/exact-json.js';
 import { InvalidOptionsError, SinkError } from '../../src/errors.js';
+import type { JsonObject } from '../../src/outbox/append.js';
 import type { RelayMessage, SinkTarget } from '../../src/relay/sink.js';
 import { headerText, natsMessage } from '../../src/relay/sinks/nats-message.js';
 import { minimalFilters, subjectCovers, subjectField, subjectFilter } from '../../src/relay/sinks/nats-subject.js';
@@ -19,21 +21,21 @@ after(() => assert.deepEqual(unhandled, [], 'no unhandled rejections'));
 const TARGET: SinkTarget = { schema: 'tidemark', streams: ['orders', 'payments'], republishWithinMs: 30_000 };
 const never = new AbortController().signal;
 
-function message(seq: number, fields: Partial<RelayMessage['event']> = {}): RelayMessage {
-  return {
-    id: `tidemark:${seq}`,
-    schema: 'tidemark',
-    event: {
-      seq: BigInt(seq),
-      stream: 'orders',
-      kind: 'order.placed',
-      key: `order-${seq}`,
-      payload: { n: seq, text: 'ünïcode ✓' },
-      headers: { trace: `t-${seq}` },
-      occurredAt: new Date(Date.UTC(2024, 0, 1, 0, 0, 0, seq)),
-      ...fields,
-    },
+type EventFields = Omit<RelayMessage['event'], 'payload' | 'payloadText' | 'headers' | 'headersText'> & { payload: JsonObject; headers: JsonObject };
+
+/** A message as the relay builds it: payload and headers as JSON text, as PostgreSQL returns them. */
+function message(seq: number, fields: Partial<EventFields> = {}): RelayMessage {
+  const { payload, headers, ...event }: EventFields = {
+    seq: BigInt(seq),
+    stream: 'orders',
+    kind: 'order.placed',
+    key: `order-${seq}`,
+    payload: { n: seq, text: 'ünïcode ✓' },
+    headers: { trace: `t-${seq}` },
+    occurredAt: new Date(Date.UTC(2024, 0, 1, 0, 0, 0, seq)),
+    ...fields,
   };
+  return { id: `tidemark:${seq}`, schema: 'tidemark', event: streamEvent({ ...event, payloadText: JSON.stringify(payload), headersText: JSON.stringify(headers) }) };
 }
 
 function batch(from: number, count: number): RelayMessage[] {
@@ -235,8 +237,7 @@ test('a message over max_payload fails the batch, not retryable, naming its seq 
   // A message of exactly `bytes` on the wire, as the sink counts them.
   const sized = (seq: number, bytes: number) => {
     const m = message(seq, { payload: { pad: '' } });
-    m.event.payload = { pad: 'x'.repeat(bytes - natsMessage(m, 'TIDEMARK', subject).bytes) };
-    return m;
+    return message(seq, { payload: { pad: 'x'.repeat(bytes - natsMessage(m, 'TIDEMARK', subject).bytes) } });
   };
   await rejectsWith(sink.publish([message(1), sized(2, 4097), message(3)], never), (err) => {
     assert.equal(err.retryable, false);

@@ -13,6 +13,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { after, test, type TestContext } from 'node:test';
 import { connect, type Channel, type ChannelModel, type Message } from 'amqplib';
+import { streamEvent } from '../../src/consumer/exact-json.js';
 import { ClosedError, InvalidOptionsError, SinkError, isRetryable } from '../../src/errors.js';
 import type { RelayMessage } from '../../src/relay/sink.js';
 import { Batch, RabbitMqSink } from '../../src/relay/sinks/rabbitmq.js';
@@ -96,15 +97,15 @@ function events(count: number, options: { stream?: string; first?: bigint; padBy
     return {
       id: `tidemark:${seq}`,
       schema: 'tidemark',
-      event: {
+      event: streamEvent({
         seq,
         stream,
         kind: 'order.placed',
         key: `order-${i}`,
-        payload: { n: i, text: 'é'.repeat(3), pad: 'x'.repeat(padBytes) },
-        headers: { traceId: `trace-${i}`, attempt: i, nested: { big: '12345678901234567890' }, CC: 'elsewhere', 'tidemark-seq': 'forged' },
+        payloadText: JSON.stringify({ n: i, text: 'é'.repeat(3), pad: 'x'.repeat(padBytes) }),
+        headersText: JSON.stringify({ traceId: `trace-${i}`, attempt: i, nested: { big: '12345678901234567890' }, CC: 'elsewhere', 'tidemark-seq': 'forged' }),
         occurredAt: new Date(Date.UTC(2026, 0, 2, 3, 4, i % 60, 123)),
-      },
+      }),
     };
   });
 }

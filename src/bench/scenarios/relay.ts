@@ -7,7 +7,8 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { Relay } from '../../relay/relay.js';
 import { NatsSink } from '../../relay/sinks/nats.js';
-import type { RelayMessage, Sink, SinkTarget } from '../../relay/sink.js';
+import { stringHeaders, type RelayMessage, type Sink, type SinkTarget } from '../../relay/sink.js';
+import { streamEvent } from '../../consumer/exact-json.js';
 import { Watermarker } from '../../watermark/watermarker.js';
 import { benchPool } from '../db.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
@@ -136,14 +137,14 @@ async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> 
 }
 
 async function loadMessages(pool: pg.Pool, stream: string): Promise<RelayMessage[]> {
-  const r = await pool.query<{ seq: string; kind: string; key: string; payload: RelayMessage['event']['payload']; headers: RelayMessage['event']['headers']; occurred_at: Date }>(
-    'SELECT seq, kind, key, payload, headers, occurred_at FROM tidemark.events WHERE stream = $1 ORDER BY seq',
+  const r = await pool.query<{ seq: string; kind: string; key: string; payload: string; headers: string; occurred_at: Date }>(
+    'SELECT seq, kind, key, payload::text AS payload, headers::text AS headers, occurred_at FROM tidemark.events WHERE stream = $1 ORDER BY seq',
     [stream],
   );
   return r.rows.map((row) => ({
     id: `tidemark:${row.seq}`,
     schema: 'tidemark',
-    event: { seq: BigInt(row.seq), stream, kind: row.kind, key: row.key, payload: row.payload, headers: row.headers, occurredAt: row.occurred_at },
+    event: streamEvent({ seq: BigInt(row.seq), stream, kind: row.kind, key: row.key, payloadText: row.payload, headersText: row.headers, occurredAt: row.occurred_at }),
   }));
 }
 
@@ -164,9 +165,9 @@ async function plainPublish(url: string, run: number, messages: RelayMessage[]):
         h.set('Tidemark-Kind', e.kind);
         h.set('Tidemark-Key', e.key);
         h.set('Tidemark-Occurred-At', e.occurredAt.toISOString());
-        h.set('Tidemark-Headers', JSON.stringify(e.headers));
-        for (const [name, value] of Object.entries(e.headers)) if (typeof value === 'string') h.set(name, value);
-        return js.publish(`plain${run}.${e.stream}.${e.kind}`, JSON.stringify(e.payload), { msgID: m.id, headers: h });
+        h.set('Tidemark-Headers', e.headersText);
+        for (const [name, value] of stringHeaders(e.headersText)) h.set(name, value);
+        return js.publish(`plain${run}.${e.stream}.${e.kind}`, e.payloadText, { msgID: m.id, headers: h });
       });
       await Promise.all(acks);
     }

@@ -19,10 +19,28 @@ export interface TailCommandOptions extends GlobalOptions {
   poll: string;
 }
 
+/**
+ * One output line. NDJSON: the event's fields, with `payload` and `headers`
+ * as PostgreSQL's own text, byte for byte (never parsed and written again:
+ * a number JavaScript cannot hold, `12345678901234567890` or `1e400`, stays
+ * as stored). TSV: seq, kind, key and the payload's text, each escaped as
+ * PostgreSQL's COPY text format escapes a field (`\\`, `\t`, `\n`, `\r`),
+ * so a tab or a line break inside a field cannot split the line.
+ */
 function render(event: StreamEvent, asJson: boolean): string {
-  if (asJson) return json(event);
-  return `${event.seq}\t${event.kind}\t${event.key}\t${JSON.stringify(event.payload)}`;
+  if (asJson) {
+    const fields = `"seq":${json(event.seq)},"stream":${json(event.stream)},"kind":${json(event.kind)},"key":${json(event.key)}`;
+    return `{${fields},"payload":${event.payloadText},"headers":${event.headersText},"occurredAt":${json(event.occurredAt)}}`;
+  }
+  return [event.seq.toString(), event.kind, event.key, event.payloadText].map(tsvField).join('\t');
 }
+
+/** A TSV field as COPY's text format writes it. */
+function tsvField(value: string): string {
+  return value.replace(/[\\\t\n\r]/g, (c) => TSV_ESCAPES[c]!);
+}
+
+const TSV_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
 
 /** Exit code of a resync: the consumer must bootstrap. */
 export const RESYNC_EXIT = 3;

@@ -8,13 +8,13 @@
  * `Tidemark-Stream`, `Tidemark-Kind`, `Tidemark-Key` (percent-encoded where
  * a header could not carry them exactly: `decodeURIComponent` gives the
  * value back), `Tidemark-Occurred-At` (ISO 8601), `Tidemark-Headers` (the
- * event's headers as JSON text, always), and each of the event's own
+ * event's headers as PostgreSQL's JSON text, always), and each of the event's own
  * headers whose name is a header token outside the `Nats-` and `Tidemark-`
  * families and whose value is a string a header carries as it is. Body:
- * the payload as JSON text in UTF-8.
+ * the payload as PostgreSQL's JSON text, byte for byte, in UTF-8.
  */
 import { headers, type MsgHdrs } from '@nats-io/transport-node';
-import type { RelayMessage } from '../sink.js';
+import { stringHeaders, type RelayMessage } from '../sink.js';
 import type { Template } from '../template.js';
 import { subjectField } from './nats-subject.js';
 
@@ -47,11 +47,11 @@ export function natsMessage(message: RelayMessage, stream: string, subject: Temp
   h.set('Tidemark-Kind', headerText(event.kind));
   h.set('Tidemark-Key', headerText(event.key));
   h.set('Tidemark-Occurred-At', event.occurredAt.toISOString());
-  h.set('Tidemark-Headers', JSON.stringify(event.headers));
-  for (const [name, value] of Object.entries(event.headers)) {
+  h.set('Tidemark-Headers', event.headersText);
+  for (const [name, value] of stringHeaders(event.headersText)) {
     if (typeof value === 'string' && HEADER_TOKEN.test(name) && !RESERVED_HEADER.test(name) && !UNSAFE_HEADER_VALUE.test(value)) h.append(name, value);
   }
-  const body = encoder.encode(JSON.stringify(event.payload));
+  const body = encoder.encode(event.payloadText);
   return { seq: event.seq, subject: subject.render(message, subjectField), headers: h, body, bytes: headerBytes(h) + body.length };
 }
 

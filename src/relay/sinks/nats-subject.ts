@@ -7,6 +7,7 @@
 import { InvalidOptionsError } from '../../errors.js';
 import type { RelayMessage } from '../sink.js';
 import type { Template } from '../template.js';
+import { streamEvent } from '../../consumer/exact-json.js';
 
 /** What a subject token cannot hold: whitespace and control characters (protocol separators) and the wildcards. */
 const NOT_IN_TOKEN = /[\s\p{Cc}*>]/gu;
@@ -36,7 +37,7 @@ function subjectProblem(subject: string): string | undefined {
 
 function probe(schema: string, stream: string, unknown: 'a' | 'b'): RelayMessage {
   const seq = unknown === 'a' ? 1n : 2n;
-  return { id: '', schema, event: { seq, stream, kind: unknown, key: unknown, payload: {}, headers: {}, occurredAt: new Date(0) } };
+  return { id: '', schema, event: streamEvent({ seq, stream, kind: unknown, key: unknown, payloadText: '{}', headersText: '{}', occurredAt: new Date(0) }) };
 }
 
 /**

@@ -31,8 +31,9 @@ import { Duplex } from 'node:stream';
 import { connect, IllegalOperationError, type Channel, type ChannelModel, type ConfirmChannel, type Message, type Options } from 'amqplib';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../errors.js';
 import { checkKnownOptions, echoValue, integerOption } from '../../options.js';
-import type { RelayMessage, Sink, SinkTarget } from '../sink.js';
+import { stringHeaders, type RelayMessage, type Sink, type SinkTarget } from '../sink.js';
 import { compileTemplate, type Template } from '../template.js';
+import { streamEvent } from '../../consumer/exact-json.js';
 
 /** Options for {@link RabbitMqSink}. Every duration is in milliseconds. */
 export interface RabbitMqSinkOptions {
@@ -253,7 +254,7 @@ export class RabbitMqSink implements Sink {
       id: message.id,
       exchange: shortString(this.exchange.render(message), 'exchange', seq),
       routingKey: shortString(this.routingKey.render(message), 'routingKey', seq),
-      content: Buffer.from(JSON.stringify(event.payload)),
+      content: Buffer.from(event.payloadText),
       options: {
         messageId: message.id,
         persistent: true,
@@ -282,7 +283,7 @@ function headerTable(message: RelayMessage): Record<string, string> {
   table['tidemark-kind'] = event.kind;
   table['tidemark-key'] = event.key;
   table['tidemark-occurred-at'] = event.occurredAt.toISOString();
-  table['tidemark-headers'] = JSON.stringify(event.headers);
+  table['tidemark-headers'] = event.headersText;
   let size = 0;
   for (const [name, value] of Object.entries(table)) size += entryBytes(name, value);
   if (size > HEADER_TABLE_MAX_BYTES) {
@@ -291,7 +292,7 @@ function headerTable(message: RelayMessage): Record<string, string> {
       seq: event.seq,
     });
   }
-  for (const [name, value] of Object.entries(event.headers)) {
+  for (const [name, value] of stringHeaders(event.headersText)) {
     if (typeof value !== 'string' || name === '' || name.startsWith('tidemark-') || NOT_COPIED.has(name)) continue;
     if (Buffer.byteLength(name) > SHORTSTR_MAX_BYTES || size + entryBytes(name, value) > HEADER_TABLE_MAX_BYTES) continue;
     table[name] = value;
@@ -317,7 +318,7 @@ function shortString(value: string, option: 'exchange' | 'routingKey', seq?: big
 
 /** A message carrying only what a `{schema}`/`{stream}` template reads. */
 function probe(schema: string, stream: string): RelayMessage {
-  return { id: '', schema, event: { seq: 0n, stream, kind: '', key: '', payload: {}, headers: {}, occurredAt: new Date(0) } };
+  return { id: '', schema, event: streamEvent({ seq: 0n, stream, kind: '', key: '', payloadText: '{}', headersText: '{}', occurredAt: new Date(0) }) };
 }
 
 /** Parses and checks the `url` option. */
