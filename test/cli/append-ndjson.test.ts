@@ -129,3 +129,21 @@ test('a closed stdout stops the input after the batch whose seqs it could not ta
   assert.match(stderr.text(), /^tidemark: committed lines 1-2 as seqs 1-2; stdout failed, so not every seq was printed; nothing after line 2 was written\n/);
   assert.equal(await eventCount(db), 2);
 });
+
+test('append --ndjson refuses a line that is not UTF-8, naming the line and the byte, instead of writing U+FFFD', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const good = Buffer.from(`${event('a')}\r\n${event('é')}\n`);
+  // A lone continuation byte inside the key of line 3 (after "key":"b).
+  const bad = Buffer.concat([Buffer.from(`{"stream":"s","kind":"k","key":"b`), Buffer.from([0x80]), Buffer.from(`"}\n${event('c')}\n`)]);
+  const r = await cli(['append', '--ndjson', '--batch', '2'], { env, input: Buffer.concat([good, bad]) });
+  assert.equal(r.code, 2, r.stderr);
+  assert.equal(r.stdout, seqList(1, 2));
+  assert.equal(r.stderr, 'tidemark: committed lines 1-2 as seqs 1-2; line 3: not valid UTF-8 (byte 34 of the line, 0x80); nothing after line 2 was written\n');
+  assert.deepEqual((await db.observer.query(`SELECT key FROM tidemark.events ORDER BY seq`)).rows, [{ key: 'a' }, { key: 'é' }]);
+  // A last line without a line break is read too, strictly.
+  const last = await cli(['append', '--ndjson'], { env, input: Buffer.concat([Buffer.from(`${event('d')}\n{"stream":"s","kind":"k","key":"`), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]) });
+  assert.equal(last.code, 2);
+  assert.equal(last.stderr, 'tidemark: line 2: not valid UTF-8 (byte 33 of the line, 0xc3); nothing was written\n');
+  assert.equal(await eventCount(db), 2);
+});

@@ -32,7 +32,7 @@ export function startCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd
 }
 
 /** Runs `tidemark ...args` to completion, with optional stdin. */
-export function cli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; input?: string } = {}): Promise<CliResult> {
+export function cli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; input?: string | Uint8Array } = {}): Promise<CliResult> {
   const child = startCli(args, options);
   let stdout = '';
   let stderr = '';

@@ -1,4 +1,3 @@
-import { createInterface } from 'node:readline';
 import type pg from 'pg';
 import { InvalidEventError, sqlState } from '../../errors.js';
 import { eventFromJson, eventFromParts, type EventRow } from '../../outbox/event.js';
@@ -188,7 +187,7 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
   let writing: { first: number; last: number } | undefined;
   let stoppedBy: NodeJS.Signals | undefined;
   let writingWhenStopped = false;
-  const input = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  const input = inputLines(process.stdin);
 
   const onSignal = (signal: NodeJS.Signals) => {
     if (stoppedBy) {
@@ -201,7 +200,6 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
     writingWhenStopped = writing !== undefined;
     if (writing) console.error(`tidemark: ${signal}: stopping once lines ${writing.first}-${writing.last}, being committed now, are`);
     input.close();
-    process.stdin.destroy();
   };
   const onSigint = () => onSignal('SIGINT');
   const onSigterm = () => onSignal('SIGTERM');
@@ -240,9 +238,15 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
   };
 
   try {
-    for await (const raw of input) {
+    for await (const bytes of input.lines) {
       if (stoppedBy) break;
       line += 1;
+      let raw: string;
+      try {
+        raw = utf8.decode(bytes);
+      } catch {
+        throw new CliError(committed.record(`line ${line}: not valid UTF-8 (${invalidUtf8At(bytes)})`), INVALID_EVENT_EXIT);
+      }
       const text = line === 1 ? raw.replace(/^\uFEFF/, '') : raw;
       if (text.trim() === '') continue;
       try {
@@ -267,6 +271,65 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
     process.off('SIGTERM', onSigterm);
     input.close();
   }
+}
+
+/** Refuses bytes that are not UTF-8, instead of replacing them with U+FFFD. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** Where the first invalid UTF-8 sequence of `bytes` starts, for the message. */
+function invalidUtf8At(bytes: Uint8Array): string {
+  let lo = 0;
+  let hi = bytes.length;
+  // The longest valid prefix, by bisection: a prefix cut inside a valid
+  // sequence is invalid too, so the answer is within 3 bytes of it.
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    try {
+      utf8.decode(bytes.subarray(0, mid));
+      lo = mid;
+    } catch {
+      hi = mid - 1;
+    }
+  }
+  return `byte ${lo + 1} of the line, 0x${bytes[lo]?.toString(16).padStart(2, '0') ?? '??'}`;
+}
+
+/**
+ * Lines of `stream` as bytes (LF or CRLF ends one; a last line without
+ * one counts), so that each is decoded strictly: readline would have
+ * replaced invalid UTF-8 with U+FFFD and written it. `close()` stops the
+ * lines after the one being read.
+ */
+function inputLines(stream: NodeJS.ReadStream): { lines: AsyncGenerator<Uint8Array>; close: () => void } {
+  let closed = false;
+  async function* lines(): AsyncGenerator<Uint8Array> {
+    let rest: Buffer = Buffer.alloc(0);
+    try {
+      for await (const chunk of stream as AsyncIterable<Buffer>) {
+        let buffer: Buffer = rest.length === 0 ? chunk : Buffer.concat([rest, chunk]);
+        let at: number;
+        while ((at = buffer.indexOf(0x0a)) >= 0) {
+          if (closed) return;
+          const end = at > 0 && buffer[at - 1] === 0x0d ? at - 1 : at;
+          yield buffer.subarray(0, end);
+          buffer = buffer.subarray(at + 1);
+        }
+        rest = buffer;
+        if (closed) return;
+      }
+    } catch (err) {
+      if (closed) return; // destroyed by close()
+      throw err;
+    }
+    if (!closed && rest.length > 0) yield rest.at(-1) === 0x0d ? rest.subarray(0, -1) : rest;
+  }
+  return {
+    lines: lines(),
+    close: () => {
+      closed = true;
+      stream.destroy();
+    },
+  };
 }
 
 function signalNumber(signal: NodeJS.Signals): number {
