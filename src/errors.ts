@@ -156,11 +156,11 @@ export class CursorContentionError extends TidemarkError {
   /** The stream of the held cursor. */
   readonly stream: string;
 
-  constructor(consumer: string, stream: string, options?: { cause?: unknown }) {
+  constructor(consumer: string, stream: string, options?: { cause?: unknown; heldBy?: string }) {
     super(
       'CURSOR_CONTENTION',
-      `consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)} is held by another tailer or bootstrap`,
-      options,
+      `consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)} is ${options?.heldBy ?? 'held by another tailer or bootstrap'}`,
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.consumer = consumer;
     this.stream = stream;

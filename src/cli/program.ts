@@ -13,6 +13,7 @@ import { pruneCommand } from './commands/prune.js';
 import { serveCommand } from './commands/serve.js';
 import { relayCommand } from './commands/relay.js';
 import { statusCommand } from './commands/status.js';
+import { cursorDeleteCommand, cursorListCommand, cursorSetCommand } from './commands/cursor.js';
 import { tailCommand } from './commands/tail.js';
 import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
@@ -61,7 +62,8 @@ function relayFlags(command: Command): Command {
     .option('--batch <n>', 'relay: events per page, published pipelined', '500')
     .option('--ack-timeout <duration>', 'relay: how long a page waits for the broker\'s acknowledgements', '10s')
     .option('--restart-within <duration>', 'relay: how soon a supervisor restarts a crashed relay (part of the duplicate-window check)', '30s')
-    .option('--poll <duration>', 'relay: poll interval when no notification arrives', '1s');
+    .option('--poll <duration>', 'relay: poll interval when no notification arrives', '1s')
+    .option('--from <now|start|seq>', 'relay: where the cursor of a stream not relayed before starts: now (skip what is published), start (what retention kept) or a seq (default: seq 0)');
 }
 
 const TEMPLATES = '\nA <template> names event fields in braces: {schema}, {stream}, {kind}, {key}, {seq}; {{ and }} are literal braces.\n';
@@ -181,6 +183,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--limit <n>', 'stop after n events')
     .option('--batch <n>', 'events per page', '500')
     .option('--poll <duration>', 'poll interval when no notification arrives', '1s')
+    .option('--from <now|start|seq>', 'where a new consumer starts: now (skip what is published), start (what retention kept) or a seq (default: seq 0); an existing cursor is left where it is')
     .addHelpText(
       'after',
       examples(['npx tidemark tail --consumer audit --stream orders --json', 'npx tidemark tail --consumer audit --stream orders --once --limit 100']) +
@@ -205,6 +208,34 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark status', 'npx tidemark status --json --schema tidemark_demo']))
     .action(action(statusCommand));
+
+  const cursor = root.command('cursor').description('list, set or delete durable cursors (a consumer\'s position in a stream)');
+  cursor
+    .command('list')
+    .description('every cursor: consumer, stream, seq, lag in events and seconds, last commit, the session holding it')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark cursor list', 'npx tidemark cursor list --json']))
+    .action(action(cursorListCommand));
+  cursor
+    .command('set')
+    .description('move a cursor (creating it for a new consumer); refused while a consumer holds it')
+    .requiredOption('--consumer <name>', 'consumer name')
+    .requiredOption('--stream <name>', 'stream')
+    .requiredOption('--to <seq|now|start>', 'a seq, now (safe_seq: skip what is published) or start (the retention floor: replay what is kept)')
+    .option('--json', 'JSON output')
+    .addHelpText(
+      'after',
+      examples(['npx tidemark cursor set --consumer audit --stream orders --to now', 'npx tidemark cursor set --consumer audit --stream orders --to 1200']),
+    )
+    .action(action(cursorSetCommand));
+  cursor
+    .command('delete')
+    .description('delete a cursor; refused while a consumer holds it')
+    .requiredOption('--consumer <name>', 'consumer name')
+    .requiredOption('--stream <name>', 'stream')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark cursor delete --consumer audit --stream orders']))
+    .action(action(cursorDeleteCommand));
 
   root
     .command('demo')

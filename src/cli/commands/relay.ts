@@ -10,6 +10,8 @@ import { CliError } from '../cli-error.js';
 import { configured, positiveInt } from '../context.js';
 import { parseDuration } from '../duration.js';
 import { serveCommand, type ServeCommandOptions } from './serve.js';
+import { cursorTarget } from './cursor.js';
+import type { CursorTarget } from '../../consumer/cursors.js';
 
 /** The relay's flags, as commander parses them. */
 export interface RelayFlags {
@@ -26,12 +28,15 @@ export interface RelayFlags {
   ackTimeout?: string;
   restartWithin?: string;
   poll?: string;
+  from?: string;
 }
 
 /** The relay role, configured: a sink not yet connected, and checked relay options. */
 export interface RelaySetup {
   sink: Sink;
   options: RelayOptions;
+  /** Where a cursor of a stream the relay has not relayed yet starts (`--from`); absent: seq 0. */
+  from?: CursorTarget;
 }
 
 const NATS_ONLY = [['subject', '--subject'], ['natsStream', '--nats-stream'], ['createStream', '--create-stream']] as const;
@@ -58,6 +63,7 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   for (const [key, flag] of nats ? AMQP_ONLY : NATS_ONLY) {
     if (flags[key] !== undefined) throw new CliError(`${flag}: applies to ${nats ? 'amqp://' : 'nats://'} destinations, not ${scheme}//`);
   }
+  const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
   const ackTimeoutMs = flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout');
   const options: RelayOptions = {
     consumer: flags.consumer,
@@ -75,7 +81,7 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
       : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs })),
   );
   configured(() => resolveRelayOptions(options));
-  return { sink, options: dropUndefined(options) };
+  return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
 }
 
 /** `tidemark relay`: `serve` with the relay role alone. */

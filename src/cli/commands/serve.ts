@@ -9,8 +9,11 @@ import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
 import { Relay } from '../../relay/relay.js';
+import { setCursor } from '../../consumer/cursors.js';
+import { DEFAULT_SCHEMA } from '../../db/queryable.js';
 import { isRetryable, ResyncRequiredError } from '../../errors.js';
 import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
+import { shellWord } from '../shell-word.js';
 
 export interface ServeCommandOptions extends GlobalOptions, RelayFlags {
   roles: string;
@@ -75,7 +78,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   if (roles.has('pruner')) configured(() => resolvePrunerOptions(prunerOptions));
   const relaying: RelaySetup | undefined = roles.has('relay') ? await relaySetup(options, options.schema) : undefined;
   if (!relaying) {
-    const given = (['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange'] as const).find((k) => options[k] !== undefined);
+    const given = (['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange', 'from'] as const).find((k) => options[k] !== undefined);
     if (given) throw new CliError(`--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: applies to the relay role; add relay to --roles`);
   }
 
@@ -157,6 +160,12 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     // Fail fast on a broker that is misconfigured; one that is down is waited for (run retries).
     // `tidemark relay` (the relay alone) fails fast on both.
     try {
+      // A stream not relayed before starts where --from says; one relayed before goes on from its cursor.
+      if (relaying?.from !== undefined) {
+        for (const stream of relaying.options.streams) {
+          await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true });
+        }
+      }
       await relay.open();
     } catch (err) {
       if (!isRetryable(err) || roles.size === 1) {
@@ -272,11 +281,10 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
  * the operator can decide to go on without them.
  */
 function relayResync(err: ResyncRequiredError, schema: string): CliError {
-  const q = (text: string) => `'${text.replaceAll("'", "''")}'`;
   return new CliError(
     `relay: retention removed events of stream ${JSON.stringify(err.stream)} through seq ${err.prunedThrough} before they were relayed ` +
       `(consumer ${JSON.stringify(err.consumer)} is at seq ${err.cursor}); they can no longer be published. Republish them from elsewhere if they matter; ` +
-      `to go on without them, with the relay stopped: UPDATE ${schema}.cursors SET seq = ${err.prunedThrough} WHERE consumer = ${q(err.consumer)} AND stream = ${q(err.stream)}`,
+      `to go on without them: tidemark cursor set --consumer ${shellWord(err.consumer)} --stream ${shellWord(err.stream)} --to start${schema === DEFAULT_SCHEMA ? '' : ` --schema ${shellWord(schema)}`}`,
     EXIT.resync,
   );
 }

@@ -1,7 +1,8 @@
 import { readStatus, type TidemarkStatus } from '../../observability/status.js';
 import { json, openDatabase, type GlobalOptions } from '../context.js';
 
-function table(headers: string[], rows: string[][]): string {
+/** Columns padded to their widest cell, two spaces apart. */
+export function table(headers: string[], rows: string[][]): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   return [line(headers), ...rows.map(line)].join('\n');

@@ -6,6 +6,9 @@ import { explain } from '../explain.js';
 import { nameOption } from '../../options.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError } from '../cli-error.js';
+import { setCursor } from '../../consumer/cursors.js';
+import { cursorTarget } from './cursor.js';
+import { shellWord } from '../shell-word.js';
 import { parseDuration } from '../duration.js';
 
 export interface TailCommandOptions extends GlobalOptions {
@@ -17,6 +20,7 @@ export interface TailCommandOptions extends GlobalOptions {
   limit?: string;
   batch: string;
   poll: string;
+  from?: string;
 }
 
 /**
@@ -67,10 +71,15 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
       throw new CliError(`--${(err as Error).message}`); // "--consumer: expected ..."
     }
   }
+  const from = options.from === undefined ? undefined : cursorTarget(options.from, '--from');
+  if (from !== undefined && options.bootstrap) {
+    throw new CliError('--from: sets where a new consumer starts; --bootstrap moves this one to the present: give one of them');
+  }
   if (stdoutIsNull()) {
     // Node reopens a closed stdout (`>&-`) on /dev/null: either way no line
     // would reach anyone, and the durable cursor would move past them.
-    throw new CliError('stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, use --bootstrap');
+    const skip = `tidemark cursor set --consumer ${shellWord(options.consumer)} --stream ${shellWord(options.stream)} --to now`;
+    throw new CliError(`stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, run: ${skip}`);
   }
   const db = await openDatabase(options, 3);
   const client = configured(
@@ -92,6 +101,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   process.once('SIGTERM', onSignal);
   const out = new PageOutput(process.stdout);
   try {
+    if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true });
     if (options.bootstrap) {
       const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
       await snap.commit();

@@ -1,0 +1,208 @@
+/**
+ * Cursor administration: list the durable cursors, set one (a new consumer
+ * starting from now, a replay from the start of what is kept), delete one.
+ *
+ * A cursor that a consumer is using is never moved under it: every tailer
+ * (TypeScript, the SQL contract, the relay) holds the cursor's advisory
+ * lock (`cursor_lock_key`) while it pages, so `setCursor` and
+ * `deleteCursor` take that lock for their own transaction first, and refuse,
+ * naming the session that holds it, when they cannot. Nor is a cursor set
+ * below the stream's retention floor (events there were pruned: a consumer
+ * would skip them) or above `safe_seq` (events up to it may still be in
+ * flight: a consumer would skip those that commit later).
+ */
+import { CursorContentionError, InvalidOptionsError } from '../errors.js';
+import { quoteIdent, type Queryable } from '../db/queryable.js';
+import { nameOption } from '../options.js';
+import type pg from 'pg';
+
+/** One durable cursor, with how far behind it is. */
+export interface CursorInfo {
+  consumer: string;
+  stream: string;
+  /** The last seq the consumer committed. */
+  seq: bigint;
+  /** Published events of the stream above the cursor, counted up to 1,000,000. */
+  lagEvents: bigint;
+  /** Age of the oldest of them (now minus its `occurred_at`), in seconds; 0 when none. */
+  lagSeconds: number;
+  /** When the cursor last moved (its last commit). */
+  updatedAt: Date;
+  /** The session paging it now, if any. */
+  heldBy: CursorHolder | null;
+}
+
+/** A session holding a cursor's lock. */
+export interface CursorHolder {
+  pid: number;
+  applicationName: string | null;
+  clientAddr: string | null;
+  /** When its current transaction began (null when idle between pages). */
+  xactStart: Date | null;
+}
+
+/** Where `setCursor` moves a cursor: a seq, `now` (safe_seq: skip everything published), or `start` (the retention floor: replay what is kept). */
+export type CursorTarget = bigint | 'now' | 'start';
+
+/** What `setCursor` did. */
+export interface CursorSetResult {
+  consumer: string;
+  stream: string;
+  /** The cursor before, or null when it did not exist (it was created). */
+  from: bigint | null;
+  to: bigint;
+  /** The stream's retention floor and safe_seq when it was set. */
+  floor: bigint;
+  safeSeq: bigint;
+}
+
+/** Options of the cursor functions. */
+export interface CursorAdminOptions {
+  /** The tidemark schema; default `tidemark`. */
+  schema?: string;
+  /** Only create a missing cursor; an existing one is left where it is (`from` then equals `to`). */
+  onlyIfNew?: boolean;
+}
+
+function schemaOf(options: CursorAdminOptions): string {
+  return options.schema ?? 'tidemark';
+}
+
+const HOLDER_SQL = (s: string) => `SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
+   FROM pg_catalog.pg_locks l
+   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND l.granted AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+    AND l.objsubid = 1
+    AND ((l.classid::bigint << 32) | l.objid::bigint) = ${s}.cursor_lock_key($1, $2)
+  ORDER BY a.pid LIMIT 1`;
+
+interface HolderRow {
+  pid: number;
+  application_name: string | null;
+  client_addr: string | null;
+  xact_start: Date | null;
+}
+
+function holder(row: HolderRow | undefined): CursorHolder | null {
+  if (!row) return null;
+  return { pid: row.pid, applicationName: row.application_name, clientAddr: row.client_addr, xactStart: row.xact_start };
+}
+
+/** Every cursor of the schema, in (consumer, stream) order, with its lag and holder. */
+export async function listCursors(db: Queryable, options: CursorAdminOptions = {}): Promise<CursorInfo[]> {
+  const s = quoteIdent(schemaOf(options));
+  // The holder: a granted advisory lock whose key is the cursor's (the key's
+  // high and low halves are classid and objid, as for any bigint key).
+  const r = await db.query(
+    `WITH w AS (SELECT safe_seq FROM ${s}.watermark),
+          held AS (
+            SELECT (l.classid::bigint << 32) | l.objid::bigint AS key, min(l.pid) AS pid
+              FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid IS NOT NULL
+               AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+             GROUP BY 1)
+     SELECT c.consumer, c.stream, c.seq::text, c.updated_at,
+            (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e
+              WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= w.safe_seq LIMIT 1000000) p)::text AS lag,
+            coalesce((SELECT extract(epoch FROM pg_catalog.clock_timestamp() - e.occurred_at)::float8 FROM ${s}.events e
+              WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1), 0) AS lag_seconds,
+            a.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
+       FROM ${s}.cursors c CROSS JOIN w
+       LEFT JOIN held h ON h.key = ${s}.cursor_lock_key(c.consumer, c.stream)
+       LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+      ORDER BY c.consumer, c.stream`,
+  );
+  return (r.rows as (HolderRow & { consumer: string; stream: string; seq: string; updated_at: Date; lag: string; lag_seconds: number })[]).map((row) => ({
+    consumer: row.consumer,
+    stream: row.stream,
+    seq: BigInt(row.seq),
+    lagEvents: BigInt(row.lag),
+    lagSeconds: Math.max(0, row.lag_seconds),
+    updatedAt: row.updated_at,
+    heldBy: row.pid === null ? null : holder(row),
+  }));
+}
+
+/** Runs `work` in a transaction of its own on a pooled connection, holding the cursor's lock; refuses when a consumer holds it. */
+async function withCursorLock<T>(pool: pg.Pool, schema: string, consumer: string, stream: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  nameOption(consumer, 'consumer');
+  nameOption(stream, 'stream');
+  const s = quoteIdent(schema);
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+    try {
+      const free = (await client.query<{ ok: boolean }>(`SELECT pg_catalog.pg_try_advisory_xact_lock(${s}.cursor_lock_key($1, $2)) AS ok`, [consumer, stream])).rows[0]!.ok;
+      if (!free) {
+        const who = holder((await client.query<HolderRow>(HOLDER_SQL(s), [consumer, stream])).rows[0]);
+        throw new CursorContentionError(consumer, stream, { heldBy: heldByText(who) });
+      }
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  } finally {
+    client.release();
+  }
+}
+
+function heldByText(who: CursorHolder | null): string {
+  if (!who) return 'a session that has just let go of it; try again';
+  const parts = [`pid ${who.pid}`];
+  if (who.applicationName) parts.push(`application ${JSON.stringify(who.applicationName)}`);
+  if (who.clientAddr) parts.push(`from ${who.clientAddr}`);
+  return `held by ${parts.join(', ')}: stop that consumer first`;
+}
+
+/**
+ * Moves the cursor of (consumer, stream) to `to`, creating it when the
+ * consumer is new. Refuses (CursorContentionError) while a consumer holds
+ * it, and (InvalidOptionsError, option `to`) a seq below the stream's
+ * retention floor or above safe_seq. Nothing is written when it refuses.
+ */
+export async function setCursor(pool: pg.Pool, consumer: string, stream: string, to: CursorTarget, options: CursorAdminOptions = {}): Promise<CursorSetResult> {
+  if (!(typeof to === 'bigint' && to >= 0n) && to !== 'now' && to !== 'start') {
+    throw new InvalidOptionsError('to', `expected a seq (a non-negative integer), 'now' or 'start', got ${String(to)}`);
+  }
+  const schema = schemaOf(options);
+  const s = quoteIdent(schema);
+  return withCursorLock(pool, schema, consumer, stream, async (client) => {
+    const at = (await client.query<{ safe_seq: string; floor: string; seq: string | null }>(
+      `SELECT w.safe_seq::text, coalesce(h.pruned_through_seq, 0)::text AS floor,
+              (SELECT c.seq::text FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE) AS seq
+         FROM ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2`,
+      [consumer, stream],
+    )).rows[0]!;
+    const safeSeq = BigInt(at.safe_seq);
+    const floor = BigInt(at.floor);
+    const from = at.seq === null ? null : BigInt(at.seq);
+    if (options.onlyIfNew && from !== null) return { consumer, stream, from, to: from, floor, safeSeq };
+    const seq = to === 'now' ? safeSeq : to === 'start' ? floor : to;
+    if (seq < floor) {
+      throw new InvalidOptionsError('to', `seq ${seq} is below the retention floor of stream ${JSON.stringify(stream)}: events through seq ${floor} were pruned, so a consumer would skip them; set it to ${floor} ('start') or later`);
+    }
+    if (seq > safeSeq) {
+      throw new InvalidOptionsError('to', `seq ${seq} is above safe_seq ${safeSeq}: events up to it may still be in flight, and a consumer would skip those that commit later; set it to ${safeSeq} ('now') or lower`);
+    }
+    await client.query(
+      `INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3)
+       ON CONFLICT (consumer, stream) DO UPDATE SET seq = EXCLUDED.seq, updated_at = pg_catalog.now()`,
+      [consumer, stream, seq.toString()],
+    );
+    return { consumer, stream, from, to: seq, floor, safeSeq };
+  });
+}
+
+/** Deletes the cursor of (consumer, stream); refuses (CursorContentionError) while a consumer holds it. Resolves with the seq it was at, or null when there was none. */
+export async function deleteCursor(pool: pg.Pool, consumer: string, stream: string, options: CursorAdminOptions = {}): Promise<bigint | null> {
+  const schema = schemaOf(options);
+  const s = quoteIdent(schema);
+  return withCursorLock(pool, schema, consumer, stream, async (client) => {
+    const r = await client.query<{ seq: string }>(`DELETE FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 RETURNING seq::text`, [consumer, stream]);
+    return r.rows[0] ? BigInt(r.rows[0].seq) : null;
+  });
+}
