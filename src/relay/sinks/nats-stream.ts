@@ -31,9 +31,33 @@ const STREAM_NAME_EXISTS = 10058;
 
 /** The stream's info, the stream created first when it is missing and `plan.create`; rejects with a SinkError when it does not fit. */
 export async function openStream(jsm: JetStreamManager, plan: StreamPlan): Promise<StreamInfo> {
-  const info = await findOrCreate(jsm, plan);
+  let info = await findOrCreate(jsm, plan);
+  if (plan.create) info = await widen(jsm, info, plan);
   checkStream(info, plan);
   return info;
+}
+
+/**
+ * With `create`, a stream that exists but does not take every subject of
+ * the relay (a stream added to `--stream` since the relay created it) gets
+ * the missing filters added to its subjects: the stream the relay creates
+ * is the one it keeps using. JetStream refuses a subject another stream
+ * takes; that is said, naming both.
+ */
+async function widen(jsm: JetStreamManager, info: StreamInfo, plan: StreamPlan): Promise<StreamInfo> {
+  const subjects = info.config.subjects ?? [];
+  const missing = plan.filters.filter((filter) => !subjects.some((pattern) => subjectCovers(pattern, filter)));
+  if (missing.length === 0) return info;
+  try {
+    return await jsm.streams.update(plan.stream, { subjects: [...subjects, ...missing] });
+  } catch (err) {
+    if (!(err instanceof JetStreamApiError)) throw err;
+    throw new SinkError(
+      SINK,
+      `JetStream stream ${plan.stream} could not take subject${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: ${firstLine(err)}; another stream may take ${missing.length > 1 ? 'them' : 'it'} (nats stream ls), or change the subject template`,
+      { retryable: false, cause: err },
+    );
+  }
 }
 
 async function findOrCreate(jsm: JetStreamManager, plan: StreamPlan): Promise<StreamInfo> {

@@ -56,7 +56,9 @@ export interface NatsSinkOptions {
   /**
    * Create the stream when it does not exist: file storage, the relay's
    * subject filters, a duplicate window of max(2 minutes, 2 × the relay's
-   * republish bound). Default false.
+   * republish bound); and when it exists but does not take a subject of the
+   * relay's streams (a stream relayed since it was created), add the
+   * relay's filter to its subjects. Default false.
    */
   createStream?: boolean;
   /** How long to wait for JetStream's acknowledgement of a message. Default 10000. */
