@@ -2,11 +2,15 @@
  * Cursor administration: list the durable cursors, set one (a new consumer
  * starting from now, a replay from the start of what is kept), delete one.
  *
- * A cursor that a consumer is using is never moved under it: every tailer
+ * A cursor is not moved under a consumer that holds it: every tailer
  * (TypeScript, the SQL contract, the relay) holds the cursor's advisory
  * lock (`cursor_lock_key`) while it pages, so `setCursor` and
  * `deleteCursor` take that lock for their own transaction first, and refuse,
- * naming the session that holds it, when they cannot. Nor is a cursor set
+ * naming the session that holds it, when they cannot. A consumer waiting
+ * to retry after a failure (a lost connection, a broker down) has let the
+ * lock go; a cursor moved then is where it goes on from, as after a restart
+ * (nothing is skipped but what the move skips, and a page is never half
+ * applied: its commit checks the cursor it read). Nor is a cursor set
  * below the stream's retention floor (events there were pruned: a consumer
  * would skip them) or above `safe_seq` (events up to it may still be in
  * flight: a consumer would skip those that commit later).
@@ -108,7 +112,7 @@ export async function listCursors(db: Queryable, options: CursorAdminOptions = {
             coalesce((SELECT extract(epoch FROM pg_catalog.clock_timestamp() - e.occurred_at)::float8 FROM ${s}.events e
               WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1), 0) AS lag_seconds,
             a.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
-       FROM ${s}.cursors c CROSS JOIN w
+       FROM ${s}.cursors c LEFT JOIN w ON true
        LEFT JOIN held h ON h.key = ${s}.cursor_lock_key(c.consumer, c.stream)
        LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
       ORDER BY c.consumer, c.stream`,
@@ -170,30 +174,59 @@ export async function setCursor(pool: pg.Pool, consumer: string, stream: string,
   }
   const schema = schemaOf(options);
   const s = quoteIdent(schema);
-  return withCursorLock(pool, schema, consumer, stream, async (client) => {
+  const read = async (client: pg.ClientBase, lockRow: boolean) => {
     const at = (await client.query<{ safe_seq: string; floor: string; seq: string | null }>(
       `SELECT w.safe_seq::text, coalesce(h.pruned_through_seq, 0)::text AS floor,
-              (SELECT c.seq::text FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2 FOR NO KEY UPDATE) AS seq
+              (SELECT c.seq::text FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2${lockRow ? ' FOR NO KEY UPDATE' : ''}) AS seq
          FROM ${s}.watermark w LEFT JOIN ${s}.horizons h ON h.stream = $2`,
       [consumer, stream],
-    )).rows[0]!;
-    const safeSeq = BigInt(at.safe_seq);
-    const floor = BigInt(at.floor);
-    const from = at.seq === null ? null : BigInt(at.seq);
-    if (options.onlyIfNew && from !== null) return { consumer, stream, from, to: from, floor, safeSeq };
-    const seq = to === 'now' ? safeSeq : to === 'start' ? floor : to;
-    if (seq < floor) {
-      throw new InvalidOptionsError('to', `seq ${seq} is below the retention floor of stream ${JSON.stringify(stream)}: events through seq ${floor} were pruned, so a consumer would skip them; set it to ${floor} ('start') or later`);
+    )).rows[0];
+    if (!at) throw new Error(`the watermark row of schema ${JSON.stringify(schema)} is missing; was the schema migrated (tidemark migrate)?`);
+    return { safeSeq: BigInt(at.safe_seq), floor: BigInt(at.floor), from: at.seq === null ? null : BigInt(at.seq) };
+  };
+  const target = (at: { safeSeq: bigint; floor: bigint; from: bigint | null }): bigint => {
+    // `now` skips to the present, never back: a bootstrap may have left a
+    // cursor above the published safe_seq.
+    const seq = to === 'now' ? (at.from !== null && at.from > at.safeSeq ? at.from : at.safeSeq) : to === 'start' ? at.floor : to;
+    if (seq < at.floor) {
+      throw new InvalidOptionsError('to', `seq ${seq} is below the retention floor of stream ${JSON.stringify(stream)}: events through seq ${at.floor} were pruned, so a consumer would skip them; set it to ${at.floor} ('start') or later`);
     }
-    if (seq > safeSeq) {
-      throw new InvalidOptionsError('to', `seq ${seq} is above safe_seq ${safeSeq}: events up to it may still be in flight, and a consumer would skip those that commit later; set it to ${safeSeq} ('now') or lower`);
+    if (seq > at.safeSeq && !(to === 'now' && seq === at.from)) {
+      throw new InvalidOptionsError('to', `seq ${seq} is above safe_seq ${at.safeSeq}: events up to it may still be in flight, and a consumer would skip those that commit later; set it to ${at.safeSeq} ('now') or lower`);
     }
+    return seq;
+  };
+  if (options.onlyIfNew) {
+    // A cursor that exists is left alone, whoever holds it, so no lock is
+    // needed: the insert creates it only where there is none. A consumer
+    // creating it at the same moment either finds this row (its start) or
+    // has its own (then this changes nothing); in REPEATABLE READ a row it
+    // cannot see fails its page with a serialization failure, retried.
+    const client = await pool.connect();
+    try {
+      const at = await read(client, false);
+      if (at.from !== null) return { consumer, stream, from: at.from, to: at.from, floor: at.floor, safeSeq: at.safeSeq };
+      const seq = target(at);
+      const made = await client.query<{ seq: string }>(
+        `INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3) ON CONFLICT (consumer, stream) DO NOTHING RETURNING seq::text`,
+        [consumer, stream, seq.toString()],
+      );
+      if (made.rows.length > 0) return { consumer, stream, from: null, to: seq, floor: at.floor, safeSeq: at.safeSeq };
+      const now = await read(client, false);
+      return { consumer, stream, from: now.from, to: now.from ?? seq, floor: now.floor, safeSeq: now.safeSeq };
+    } finally {
+      client.release();
+    }
+  }
+  return withCursorLock(pool, schema, consumer, stream, async (client) => {
+    const at = await read(client, true);
+    const seq = target(at);
     await client.query(
       `INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3)
        ON CONFLICT (consumer, stream) DO UPDATE SET seq = EXCLUDED.seq, updated_at = pg_catalog.now()`,
       [consumer, stream, seq.toString()],
     );
-    return { consumer, stream, from, to: seq, floor, safeSeq };
+    return { consumer, stream, from: at.from, to: seq, floor: at.floor, safeSeq: at.safeSeq };
   });
 }
 

@@ -9,6 +9,7 @@ import { after, test } from 'node:test';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect } from '@nats-io/transport-node';
 import { Watermarker } from '../../src/index.js';
+import { setCursor } from '../../src/consumer/cursors.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 import { closeAdmin, testDb, waitFor, type TestDb } from '../support/db.js';
 import { startNatsServer } from '../support/nats-server.js';
@@ -156,4 +157,28 @@ test('relay --from now publishes only what is published after it started', { tim
   t.after(() => nc.close());
   const info = await (await jetstreamManager(nc)).streams.info('TIDEMARK');
   assert.equal(info.state.messages, 1);
+});
+
+test('--from creates a missing cursor even while a consumer holds its lock, never moves one that exists, and is refused in its own terms', async (t) => {
+  const db = await testDb(t);
+  await seed(db, 10);
+  const env = { DATABASE_URL: db.url };
+  // A second relay or tail started with --from while the first runs (it
+  // holds the lock) must wait as a standby, not fail on the lock.
+  const holder = await db.session('holder');
+  await holder.query(`SELECT pg_advisory_lock(tidemark.cursor_lock_key('held', 's'))`);
+  const pool = db.pool();
+  assert.deepEqual(await setCursor(pool, 'held', 's', 'now', { onlyIfNew: true }), { consumer: 'held', stream: 's', from: null, to: 10n, floor: 3n, safeSeq: 10n });
+  assert.deepEqual(await setCursor(pool, 'held', 's', 'start', { onlyIfNew: true }), { consumer: 'held', stream: 's', from: 10n, to: 10n, floor: 3n, safeSeq: 10n });
+  await holder.query(`SELECT pg_advisory_unlock_all()`);
+
+  const above = await cli(['tail', '--consumer', 'x', '--stream', 's', '--once', '--from', '999'], { env });
+  assert.equal(above.code, 2);
+  assert.match(above.stderr, /^tidemark: --from: seq 999 is above safe_seq 10: /);
+  assert.equal(await cursorAt(db, 'x'), undefined);
+
+  // `now` skips forward, never back: a bootstrap may leave a cursor above the published safe_seq.
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('ahead', 's', 12)`);
+  const now = await cli(['cursor', 'set', '--consumer', 'ahead', '--stream', 's', '--to', 'now'], { env });
+  assert.equal(now.stdout, 'moved the cursor of consumer "ahead" on stream "s" from seq 12 to seq 12\n');
 });

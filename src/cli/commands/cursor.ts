@@ -37,6 +37,12 @@ function refusal(err: unknown): never {
   throw err;
 }
 
+/** A refusal of `--from`'s target, in the flag's terms (the library names it `to`). */
+export function asFromFlag(err: unknown): never {
+  if (err instanceof InvalidOptionsError && err.option === 'to') throw new CliError(`--from: ${err.message.replace(/^to: /, '')}`);
+  throw err;
+}
+
 /** `tidemark cursor list [--json]`: every cursor, its lag and who holds it. */
 export async function cursorListCommand(options: CursorOptions): Promise<number> {
   const db = await openDatabase(options);

@@ -9,6 +9,7 @@ import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
 import { Relay } from '../../relay/relay.js';
+import { asFromFlag } from './cursor.js';
 import { setCursor } from '../../consumer/cursors.js';
 import { DEFAULT_SCHEMA } from '../../db/queryable.js';
 import { isRetryable, ResyncRequiredError } from '../../errors.js';
@@ -159,13 +160,21 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     metrics.trackRelay(relay);
     // Fail fast on a broker that is misconfigured; one that is down is waited for (run retries).
     // `tidemark relay` (the relay alone) fails fast on both.
-    try {
-      // A stream not relayed before starts where --from says; one relayed before goes on from its cursor.
-      if (relaying?.from !== undefined) {
+    // A stream not relayed before starts where --from says; one relayed
+    // before goes on from its cursor. Done before the relay starts, or the
+    // command fails: a --from not applied would relay from seq 0.
+    if (relaying?.from !== undefined) {
+      try {
         for (const stream of relaying.options.streams) {
-          await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true });
+          await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true }).catch(asFromFlag);
         }
+      } catch (err) {
+        await relay.close().catch(() => undefined);
+        await db.close();
+        throw err;
       }
+    }
+    try {
       await relay.open();
     } catch (err) {
       if (!isRetryable(err) || roles.size === 1) {

@@ -7,8 +7,9 @@ import { nameOption } from '../../options.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError } from '../cli-error.js';
 import { setCursor } from '../../consumer/cursors.js';
-import { cursorTarget } from './cursor.js';
+import { asFromFlag, cursorTarget } from './cursor.js';
 import { shellWord } from '../shell-word.js';
+import { DEFAULT_SCHEMA } from '../../db/queryable.js';
 import { parseDuration } from '../duration.js';
 
 export interface TailCommandOptions extends GlobalOptions {
@@ -78,7 +79,8 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   if (stdoutIsNull()) {
     // Node reopens a closed stdout (`>&-`) on /dev/null: either way no line
     // would reach anyone, and the durable cursor would move past them.
-    const skip = `tidemark cursor set --consumer ${shellWord(options.consumer)} --stream ${shellWord(options.stream)} --to now`;
+    const schema = options.schema === DEFAULT_SCHEMA ? '' : ` --schema ${shellWord(options.schema)}`;
+    const skip = `tidemark cursor set --consumer ${shellWord(options.consumer)} --stream ${shellWord(options.stream)} --to now${schema}`;
     throw new CliError(`stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, run: ${skip}`);
   }
   const db = await openDatabase(options, 3);
@@ -101,7 +103,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   process.once('SIGTERM', onSignal);
   const out = new PageOutput(process.stdout);
   try {
-    if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true });
+    if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true }).catch(asFromFlag);
     if (options.bootstrap) {
       const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
       await snap.commit();
