@@ -30,6 +30,8 @@ const QUOTE_LIMIT = 80;
 
 /** node-postgres's own connection errors: no SQLSTATE, no socket code; their fixed texts (pg 8: client.js, pg-pool). */
 const DRIVER_LOST = new Set(['Connection terminated unexpectedly', 'Connection terminated', 'Client has encountered a connection error and is not queryable']);
+/** node-postgres, asked for SCRAM by a server when it has no password (or an empty one) to give. */
+const DRIVER_NO_PASSWORD = /^SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a (non-empty )?string$/;
 const DRIVER_TIMEOUT = new Set(['timeout expired', 'Connection terminated due to connection timeout', 'timeout exceeded when trying to connect']);
 
 interface Target {
@@ -90,6 +92,9 @@ function classify(err: unknown, t: Target, schema: string | undefined): Explanat
       return database(`the connection to ${t.where} ended unexpectedly (the server restarted or closed it, or the network dropped it); run the command again once the database is back`);
     }
     if (DRIVER_TIMEOUT.has(err.message)) return database(`cannot connect to ${t.hostPort}: no answer within the connection timeout; check the host, the port and any firewall in between`);
+    if (DRIVER_NO_PASSWORD.test(err.message)) {
+      return database(`${t.hostPort} asks for a password (SCRAM authentication) and none was given; put it in the database URL (postgres://user:password@host/db), PGPASSWORD or ~/.pgpass`);
+    }
   }
   if (err instanceof Error) {
     const code = 'code' in err && (typeof err.code === 'string' || typeof err.code === 'number') ? ` ${err.code}` : '';

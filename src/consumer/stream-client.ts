@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ClosedError, ConnectionLostError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
-import { nameOption } from '../options.js';
+import { checkKnownOptions, nameOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
 import { CursorHold } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
@@ -23,6 +23,12 @@ export interface PageInfo {
 }
 
 /** Options for {@link StreamClient.tail}. */
+/** A call's options: an object, of known names only. */
+function checkCallOptions(options: unknown, known: object, method: string): void {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', `expected an object, got ${String(options)}`);
+  checkKnownOptions(options, known, `StreamClient.${method}`);
+}
+
 export interface TailOptions {
   /** Ends the tail: it rejects with `signal.reason` once the current handler returns. */
   signal?: AbortSignal;
@@ -126,6 +132,7 @@ export class StreamClient {
    * again only if it did not commit.
    */
   async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
+    checkCallOptions(options, { signal: true, beforeCommit: true } satisfies Record<keyof TailOptions, true>, 'tail');
     const o = this.options;
     let attempt = 0; // failures since the last page that committed
     let held = false; // the cursor was held once: contention since is likely our own lingering session
@@ -170,6 +177,7 @@ export class StreamClient {
    * returns: the same pages as {@link tail}, without waiting for more.
    */
   async drain(consumer: string, stream: string, handler: Handler, options: DrainOptions = {}): Promise<DrainResult> {
+    checkCallOptions(options, { signal: true, beforeCommit: true, maxEvents: true } satisfies Record<keyof DrainOptions, true>, 'drain');
     const max = options.maxEvents ?? Number.MAX_SAFE_INTEGER;
     if (!Number.isSafeInteger(max) || max < 1) {
       throw new InvalidOptionsError('maxEvents', `expected a positive integer, got ${String(options.maxEvents)}`);
@@ -205,6 +213,7 @@ export class StreamClient {
    * await snap.commit(); // cursor = snap.safeSeq
    */
   async bootstrap(consumer: string, stream: string, options: { signal?: AbortSignal } = {}): Promise<BootstrapSnapshot> {
+    checkCallOptions(options, { signal: true }, 'bootstrap');
     if (this.closed) throw new ClosedError('StreamClient');
     validateNames(consumer, stream);
     const snapshot = await openBootstrap(this.pool, this.options, this.sql, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed));

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { checkKnownOptions } from '../options.js';
 import { InvalidOptionsError } from '../errors.js';
 
 /** Options for {@link createPool}. */
@@ -37,7 +38,25 @@ export const CONNECTION_DEFAULTS = {
  * @example
  * const pool = createPool({ connectionString: process.env.DATABASE_URL });
  */
+/**
+ * What createPool takes: its own two options and node-postgres's pool and
+ * client settings (pg 8), so a misspelt one is refused by name instead of
+ * ignored.
+ */
+const POOL_OPTIONS = Object.fromEntries(
+  [
+    'idleInTransactionTimeoutMs', 'onError',
+    'Client', 'Promise', 'allowExitOnIdle', 'application_name', 'binary', 'client_encoding', 'connectionString', 'connectionTimeoutMillis',
+    'database', 'enableChannelBinding', 'fallback_application_name', 'host', 'idleTimeoutMillis', 'idle_in_transaction_session_timeout',
+    'keepAlive', 'keepAliveInitialDelayMillis', 'lock_timeout', 'log', 'max', 'maxLifetimeSeconds', 'maxUses', 'min', 'onConnect', 'options',
+    'parseInputDatesAsUTC', 'password', 'pipeline', 'port', 'query_timeout', 'replication', 'scramMaxIterations', 'ssl', 'sslnegotiation',
+    'statement_timeout', 'stream', 'types', 'user',
+  ].map((name) => [name, true]),
+);
+
 export function createPool(options: CreatePoolOptions = {}): pg.Pool {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', `expected an object, got ${String(options)}`);
+  checkKnownOptions(options, POOL_OPTIONS, 'createPool');
   const { idleInTransactionTimeoutMs = 60_000, onError, ...config } = options;
   if (!Number.isInteger(idleInTransactionTimeoutMs) || idleInTransactionTimeoutMs < 0) {
     throw new InvalidOptionsError(

@@ -6,6 +6,8 @@ import type { RelayEvent } from '../relay/events.js';
 import type { Relay } from '../relay/relay.js';
 import { stepBucketMs, type WatermarkerEvent } from '../watermark/progress.js';
 import { readStatus } from './status.js';
+import { InvalidOptionsError } from '../errors.js';
+import { checkKnownOptions } from '../options.js';
 
 /** Options for {@link createMetrics}. */
 export interface MetricsOptions {
@@ -54,6 +56,8 @@ const STEP_BUCKETS = [0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.
  * // GET /metrics -> await metrics.registry.metrics()
  */
 export function createMetrics(options: MetricsOptions): TidemarkMetrics {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', `expected an object, got ${String(options)}`);
+  checkKnownOptions(options, { pool: true, schema: true, registry: true, processMetrics: true } satisfies Record<keyof MetricsOptions, true>, 'createMetrics');
   const registry = options.registry ?? new Registry();
   const schema = options.schema ?? 'tidemark';
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });

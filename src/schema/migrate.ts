@@ -1,7 +1,8 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { TidemarkError } from '../errors.js';
+import { InvalidOptionsError, TidemarkError } from '../errors.js';
+import { checkKnownOptions } from '../options.js';
 import { DEFAULT_SCHEMA, fenceKey, notifyChannel, wakeChannel, quoteIdent, validateSchema } from '../db/queryable.js';
 
 /** Options for {@link migrate}. */
@@ -69,6 +70,9 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
  * const { applied } = await migrate(pool, { schema: 'tidemark' });
  */
 export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Promise<MigrateResult> {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', `expected an object, got ${String(options)}`);
+  checkKnownOptions(options, { schema: true, dryRun: true } satisfies Record<keyof MigrateOptions, true>, 'migrate');
+  if (options.dryRun !== undefined && typeof options.dryRun !== 'boolean') throw new InvalidOptionsError('dryRun', `expected a boolean, got ${String(options.dryRun)}`);
   const schema = validateSchema(options.schema ?? DEFAULT_SCHEMA);
   const migrations = await loadMigrations(schema);
   const s = quoteIdent(schema);

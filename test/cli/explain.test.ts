@@ -37,6 +37,12 @@ const cases: [what: string, err: unknown, exitCode: number, pattern: RegExp][] =
   ['driver connect timeout', new Error('Connection terminated due to connection timeout'), EXIT.database, /no answer within the connection timeout/],
   ['DNS: no such host', systemError('ENOTFOUND', 'getaddrinfo', { hostname: 'db.example.com' }), EXIT.database, /^cannot resolve the database host "db\.example\.com": no such host; check the host name/],
   ['DNS: temporary failure', systemError('EAI_AGAIN', 'getaddrinfo', { hostname: 'db.example.com' }), EXIT.database, /the DNS lookup failed for now/],
+  [
+    'a password asked for and none given (SCRAM)',
+    new Error('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a string'),
+    EXIT.database,
+    /^db\.example\.com:6543 asks for a password \(SCRAM authentication\) and none was given; put it in the database URL/,
+  ],
   ['wrong password', pgError('28P01', 'password authentication failed for user "app"'), EXIT.database, /^password authentication failed for user "app" at db\.example\.com:6543; check the password/],
   ['no pg_hba entry', pgError('28000', 'no pg_hba.conf entry for host "10.1.1.1", user "app", database "orders", no encryption'), EXIT.database, /refused the login: no pg_hba\.conf entry .*pg_hba\.conf on the server/],
   ['missing database', pgError('3D000', 'database "orders" does not exist'), EXIT.database, /^database "orders" does not exist on db\.example\.com:6543; create it/],

@@ -30,6 +30,15 @@ test('a missing database, a wrong password and an unmigrated schema: one line ea
   assertOneLine(missing, DATABASE, /database "no_such_database_here" does not exist on .*; create it/, 'missing database');
   assertOneLine(unmigrated, USAGE, /schema "some_unmigrated_schema" in .* is not migrated .*run `tidemark migrate --schema some_unmigrated_schema`/, 'unmigrated');
   assertOneLine(tail, USAGE, /is not migrated/, 'unmigrated tail');
+  // serve, with every role, and the relay: at start, not retried forever; the relay before it touches the broker.
+  const [serveMissing, serveUnmigrated, relayUnmigrated] = await Promise.all([
+    cli(['serve', '--roles', 'watermarker,pruner', '--database-url', withUrl(db.url, (u) => (u.pathname = '/no_such_database_here'))]),
+    cli(['serve', '--schema', 'some_unmigrated_schema', '--database-url', db.url]),
+    cli(['relay', '--to', 'nats://127.0.0.1:1', '--consumer', 'r', '--stream', 's', '--create-stream', '--schema', 'some_unmigrated_schema', '--database-url', db.url]),
+  ]);
+  assertOneLine(serveMissing, DATABASE, /database "no_such_database_here" does not exist on .*; create it/, 'serve, missing database');
+  assertOneLine(serveUnmigrated, USAGE, /schema "some_unmigrated_schema" in .* is not migrated/, 'serve, unmigrated');
+  assertOneLine(relayUnmigrated, USAGE, /schema "some_unmigrated_schema" in .* is not migrated/, 'relay, unmigrated, before the broker (nothing listens at :1)');
 
   const wrong = withUrl(db.url, (u) => (u.password = 'not-the-password'));
   const probe = new pg.Client({ connectionString: wrong });

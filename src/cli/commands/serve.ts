@@ -11,7 +11,7 @@ import { parseDuration } from '../duration.js';
 import { Relay } from '../../relay/relay.js';
 import { asFromFlag } from './cursor.js';
 import { setCursor } from '../../consumer/cursors.js';
-import { DEFAULT_SCHEMA } from '../../db/queryable.js';
+import { DEFAULT_SCHEMA, quoteIdent } from '../../db/queryable.js';
 import { isRetryable, ResyncRequiredError } from '../../errors.js';
 import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
 import { shellWord } from '../shell-word.js';
@@ -84,6 +84,18 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   }
 
   const db = await openDatabase(options, 6 + 2 * (relaying?.options.streams.length ?? 0)); // a relayed stream: its page and its read ahead
+  // What cannot pass by itself ends serve at start, with its exit code (a
+  // database that does not exist, a login refused, a schema not migrated),
+  // before a broker's stream is created; what can pass (the server down or
+  // starting) is retried by the roles, as while running.
+  try {
+    await db.pool.query(`SELECT safe_seq FROM ${quoteIdent(options.schema)}.watermark`);
+  } catch (err) {
+    if (!isRetryable(err)) {
+      await db.close();
+      throw err;
+    }
+  }
   const metrics = createMetrics({ pool: db.pool, schema: options.schema });
   const stop = new AbortController();
   const health = {

@@ -1,0 +1,29 @@
+/** A misspelt option is refused by name at every entry point, never ignored. */
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { createMetrics, createPool, InvalidOptionsError, migrate, StreamClient } from '../src/index.js';
+import { closeAdmin, testDb } from './support/db.js';
+
+after(closeAdmin);
+
+const refused = (name: string) => (err: unknown) => err instanceof InvalidOptionsError && err.option === name && err.message.includes(`${name}: is not a `);
+
+test('createPool, migrate, createMetrics and StreamClient.tail/drain/bootstrap refuse an unknown option by name', async (t) => {
+  assert.throws(() => createPool({ bogus: 1 } as never), refused('bogus'));
+  assert.throws(() => createPool({ connectionString: 'postgres://x/y', idleInTransactionTimeoutMS: 5 } as never), refused('idleInTransactionTimeoutMS'));
+  createPool({ connectionString: 'postgres://x/y', max: 2, application_name: 'a', keepAlive: true }).end().catch(() => undefined);
+
+  const db = await testDb(t);
+  const pool = db.pool();
+  await assert.rejects(migrate(pool, { dryrun: true } as never), refused('dryrun'));
+  await assert.rejects(migrate(pool, { dryRun: 'yes' } as never), (err: unknown) => err instanceof InvalidOptionsError && err.option === 'dryRun');
+  assert.throws(() => createMetrics({ pool, procesMetrics: false } as never), refused('procesMetrics'));
+
+  const client = new StreamClient(pool, { listen: false });
+  t.after(() => client.close());
+  const handler = () => undefined;
+  await assert.rejects(client.tail('c', 's', handler, { singal: AbortSignal.abort() } as never), refused('singal'));
+  await assert.rejects(client.drain('c', 's', handler, { max: 1 } as never), refused('max'));
+  await assert.rejects(client.bootstrap('c', 's', { timeout: 5 } as never), refused('timeout'));
+  assert.deepEqual(await client.drain('c', 's', handler, { maxEvents: 1 }), { delivered: 0, cursor: 0n, safeSeq: 0n }, 'known options still work');
+});
