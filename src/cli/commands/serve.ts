@@ -104,6 +104,8 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     relay: { sinkUp: false, lastError: null as string | null, lastPublishedAt: 0, cursors: {} as Record<string, string> },
   };
   const log = (message: string) => console.error(`tidemark ${command}: ${message}`);
+  /** A role's lines name it, unless the command is that role alone (`tidemark relay: publishing to ...`, not `relay: relay: ...`). */
+  const as = (role: string) => (command === role ? '' : `${role}: `);
   const oneLine = (err: unknown) => explain(err, { url: db.url, schema: options.schema }).message;
   let announced: boolean | undefined; // the leadership last logged
 
@@ -153,7 +155,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
           if (event.type === 'open') {
             h.sinkUp = true;
             h.lastError = null;
-            log(`relay: publishing to ${event.description}`);
+            log(`${as('relay')}publishing to ${event.description}`);
           } else if (event.type === 'published') {
             h.sinkUp = true;
             h.lastError = null;
@@ -162,10 +164,10 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
           } else if (event.type === 'retry') {
             if (event.source === 'sink') h.sinkUp = false;
             h.lastError = oneLine(event.error);
-            log(`relay${event.stream ? ` ${JSON.stringify(event.stream)}` : ''}: ${h.lastError}; retrying in ${event.delayMs} ms`);
+            log(`${as('relay')}${event.stream ? `stream ${JSON.stringify(event.stream)}: ` : ''}${h.lastError}; retrying in ${event.delayMs} ms`);
           }
         },
-        onError: (err) => log(`relay: ${oneLine(err)}`),
+        onError: (err) => log(`${as('relay')}${oneLine(err)}`),
       })
     : undefined;
   if (relay) {
@@ -194,7 +196,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
         await db.close();
         throw err;
       }
-      log(`relay: ${oneLine(err)}; retrying`);
+      log(`${as('relay')}${oneLine(err)}; retrying`);
     }
   }
 
@@ -283,7 +285,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   // Releases the lease: a standby takes over at once. With the database
   // unreachable the lease simply expires; that is no reason to fail.
   await watermarker?.close().catch((err: unknown) => log(`could not release the lease (${oneLine(err)}); it expires within ${watermarker.options.leaseTtlMs} ms`));
-  await relay?.close().catch((err: unknown) => log(`relay: closing the broker connection failed (${oneLine(err)})`));
+  await relay?.close().catch((err: unknown) => log(`${as('relay')}closing the broker connection failed (${oneLine(err)})`));
   await new Promise<void>((resolve) => {
     if (!server) return resolve();
     server.close(() => resolve());

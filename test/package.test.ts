@@ -1,0 +1,53 @@
+/** What npm install sees of the package: no dependency that wants a newer Node than `engines` promises. */
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { test } from 'node:test';
+
+type Version = [number, number, number];
+
+function version(text: string): Version {
+  const m = /^v?(\d+)(?:\.(\d+|x))?(?:\.(\d+|x))?$/.exec(text.trim());
+  if (!m) throw new Error(`cannot read version ${JSON.stringify(text)}`);
+  return [Number(m[1]), m[2] === undefined || m[2] === 'x' ? 0 : Number(m[2]), m[3] === undefined || m[3] === 'x' ? 0 : Number(m[3])];
+}
+
+const compare = (a: Version, b: Version) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2];
+
+/** Whether Node `v` satisfies an engines range of the forms npm packages use here: `>=N`, `>= N.x`, `^N`, `A || B`. */
+function satisfies(v: Version, range: string): boolean {
+  return range.split('||').some((alternative) =>
+    alternative
+      .trim()
+      .replace(/(>=|<=|>|<|\^|~)\s+/g, '$1')
+      .split(/\s+/)
+      .every((part) => {
+        const m = /^(>=|<=|>|<|\^|~|=)?(.+)$/.exec(part)!;
+        const bound = version(m[2]!);
+        switch (m[1]) {
+          case '>=': return compare(v, bound) >= 0;
+          case '>': return compare(v, bound) > 0;
+          case '<=': return compare(v, bound) <= 0;
+          case '<': return compare(v, bound) < 0;
+          case '^': return v[0] === bound[0] && compare(v, bound) >= 0;
+          case '~': return v[0] === bound[0] && v[1] === bound[1] && compare(v, bound) >= 0;
+          default: return compare(v, bound) === 0;
+        }
+      }),
+  );
+}
+
+test('every runtime dependency runs on the Node versions engines promises (no EBADENGINE at npm install)', async () => {
+  const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { engines: { node: string } };
+  const lock = JSON.parse(await readFile(new URL('../package-lock.json', import.meta.url), 'utf8')) as {
+    packages: Record<string, { dev?: boolean; optional?: boolean; engines?: { node?: string } }>;
+  };
+  assert.equal(pkg.engines.node, '>=20');
+  const oldest = version('20.0.0');
+  assert.ok(satisfies(oldest, pkg.engines.node));
+  const refusing = Object.entries(lock.packages)
+    .filter(([name, p]) => name !== '' && !p.dev && p.engines?.node !== undefined && !satisfies(oldest, p.engines.node))
+    .map(([name, p]) => `${name.replace(/^node_modules\//, '')} wants node ${p.engines!.node}`);
+  assert.deepEqual(refusing, []);
+  // The reader itself: the forms it meets.
+  assert.ok(satisfies(oldest, '^16 || ^18 || >=20') && satisfies(oldest, '>= 10.x') && !satisfies(oldest, '>= 22.x') && !satisfies(oldest, '^22'));
+});
