@@ -62,6 +62,68 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
 }
 
 /**
+ * The ledger of applied migrations, in the tidemark schema. Its own name:
+ * versions before 0.1 called it `migrations`, which other tools (TypeORM,
+ * Knex, ...) use too, so `migrate --schema public` adopted theirs.
+ */
+const LEDGER = 'tidemark_migrations';
+
+/** The ids of `<schema>.migrations` rows that are tidemark's (the id and file name of a bundled migration); none when its id and name columns are not an integer and a text. */
+async function oldLedgerRows(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<number[]> {
+  const columns = await client.query<{ attname: string; type: string }>(
+    `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
+       FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = pg_catalog.to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped`,
+    [`${quoteIdent(schema)}.migrations`],
+  );
+  const type = (name: string) => columns.rows.find((c) => c.attname === name)?.type;
+  if (!['integer', 'bigint', 'smallint'].includes(type('id') ?? '') || !/^(text|character varying.*)$/.test(type('name') ?? '')) return [];
+  const rows = await client.query<{ id: string; name: string }>(`SELECT id::text, name::text FROM ${quoteIdent(schema)}.migrations`);
+  const bundled = new Map(migrations.map((m) => [m.id, m.name]));
+  return rows.rows.filter((r) => bundled.get(Number(r.id)) === r.name).map((r) => Number(r.id));
+}
+
+/**
+ * Takes over the ledger of a version that called it `migrations`: when
+ * there is no `tidemark_migrations` yet, a `migrations` table whose rows
+ * are all tidemark's, in tidemark's shape, is renamed; one that also holds
+ * other rows (another tool's table, which such a version wrote into) is
+ * left as it is, and tidemark's rows are copied out of it.
+ */
+async function adoptOldLedger(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<void> {
+  const s = quoteIdent(schema);
+  const found = await client.query<{ ours: boolean; old: boolean }>(
+    'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS ours, pg_catalog.to_regclass($2::text) IS NOT NULL AS old',
+    [`${s}.${LEDGER}`, `${s}.migrations`],
+  );
+  if (found.rows[0]!.ours || !found.rows[0]!.old) return;
+  const mine = await oldLedgerRows(client, schema, migrations);
+  if (mine.length === 0) return;
+  const shape = await client.query<{ shape: string; rows: string }>(
+    `SELECT (SELECT pg_catalog.string_agg(a.attname::text || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+               FROM pg_catalog.pg_attribute a WHERE a.attrelid = pg_catalog.to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped) AS shape,
+            (SELECT pg_catalog.count(*) FROM ${s}.migrations)::text AS rows`,
+    [`${s}.migrations`],
+  );
+  await client.query("BEGIN; SET LOCAL search_path = ''");
+  try {
+    if (shape.rows[0]!.shape === 'id integer, name text, applied_at timestamp with time zone' && Number(shape.rows[0]!.rows) === mine.length) {
+      await client.query(`ALTER TABLE ${s}.migrations RENAME TO ${LEDGER}`);
+    } else {
+      await client.query(`CREATE TABLE ${s}.${LEDGER} (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT pg_catalog.now())`);
+      await client.query(`INSERT INTO ${s}.${LEDGER} (id, name) SELECT m.id, m.name FROM ROWS FROM (pg_catalog.unnest($1::integer[]), pg_catalog.unnest($2::text[])) AS m(id, name)`, [
+        mine,
+        mine.map((id) => migrations.find((m) => m.id === id)!.name),
+      ]);
+    }
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
  * Applies pending migrations in order, each in its own transaction with its
  * history row written first. Concurrent callers are serialised by an advisory
  * lock, so several processes may call `migrate` at once; all succeed.
@@ -85,14 +147,18 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
     // session's search_path (public, say), run with the migrator's rights.
     await client.query('SELECT pg_catalog.pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY.toString()]);
     locked = true;
-    const existing = await client.query<{ found: boolean }>(
-      'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS found',
-      [`${s}.migrations`],
+    if (!options.dryRun) await adoptOldLedger(client, schema, migrations);
+    const existing = await client.query<{ found: boolean; old: boolean }>(
+      'SELECT pg_catalog.to_regclass($1::text) IS NOT NULL AS found, pg_catalog.to_regclass($2::text) IS NOT NULL AS old',
+      [`${s}.${LEDGER}`, `${s}.migrations`],
     );
     const recorded = new Set<number>();
     if (existing.rows[0]?.found) {
-      const rows = await client.query<{ id: number }>(`SELECT id FROM ${s}.migrations ORDER BY id`);
+      const rows = await client.query<{ id: number }>(`SELECT id FROM ${s}.${LEDGER} ORDER BY id`);
       for (const row of rows.rows) recorded.add(row.id);
+    } else if (options.dryRun && existing.rows[0]?.old) {
+      // What adoptOldLedger would take over, without taking it.
+      for (const id of await oldLedgerRows(client, schema, migrations)) recorded.add(id);
     }
     const pending = migrations.filter((m) => !recorded.has(m.id));
     const result: MigrateResult = { schema, applied: [], alreadyApplied: [...recorded] };
@@ -111,10 +177,10 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
         await client.query("BEGIN; SET LOCAL search_path = ''");
         await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
         await client.query(
-          `CREATE TABLE IF NOT EXISTS ${s}.migrations (
+          `CREATE TABLE IF NOT EXISTS ${s}.${LEDGER} (
              id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT pg_catalog.now())`,
         );
-        await client.query(`INSERT INTO ${s}.migrations (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
+        await client.query(`INSERT INTO ${s}.${LEDGER} (id, name) VALUES ($1, $2)`, [migration.id, migration.name]);
         await client.query(migration.sql);
         await client.query('COMMIT');
       } catch (err) {
