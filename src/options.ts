@@ -18,7 +18,12 @@ export function echoValue(value: unknown, max = ECHO_LIMIT): string {
   if (typeof value === 'string' && value.length > max) return `${JSON.stringify(`${value.slice(0, max)}…`)} (${value.length} characters)`;
   let text: string;
   try {
-    text = typeof value === 'bigint' ? `${value}n` : typeof value === 'function' ? 'a function' : (JSON.stringify(value) ?? String(value));
+    // NaN and the infinities as JavaScript writes them: JSON would say null.
+    text =
+      typeof value === 'bigint' ? `${value}n`
+      : typeof value === 'function' ? 'a function'
+      : typeof value === 'number' && !Number.isFinite(value) ? String(value)
+      : (JSON.stringify(value) ?? String(value));
   } catch {
     text = Object.prototype.toString.call(value); // cyclic
   }

@@ -103,3 +103,11 @@ test('a rejected value is quoted cut to 80 characters, with its length', () => {
   assert.equal(err.option, 'owner');
   assert.equal(err.message, `owner: expected a non-empty string of at most 200 characters without NUL, got "${'y'.repeat(80)}…" (20000 characters)`);
 });
+
+test('a rejected NaN or Infinity is echoed as itself, not as JSON\'s null', async () => {
+  const { Pruner } = await import('../src/index.js');
+  const pool = new pg.Pool({ connectionString: 'postgres://nobody@127.0.0.1:1/none' }); // never connects
+  assert.throws(() => new Pruner(pool, { retentionMs: Number.NaN }), /retentionMs: .*got NaN/);
+  assert.throws(() => new Pruner(pool, { batchSize: Number.POSITIVE_INFINITY }), /batchSize: .*got Infinity/);
+  await pool.end();
+});

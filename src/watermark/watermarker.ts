@@ -252,7 +252,7 @@ export class Watermarker {
       holderReadMs: row.holder_read_us === null ? null : row.holder_read_us / 1000,
       pending: row.pending,
       oldestPendingAt: row.oldest_pending_at,
-      stepMs: row.step_ms,
+      stepMs: Math.round(row.step_ms * 1000) / 1000, // microseconds: the server's float arithmetic adds noise below them
       leader: this.leader,
       leaseOwner: row.lease_owner,
       leaseExpiresAt: row.lease_expires_at,

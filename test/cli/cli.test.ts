@@ -39,6 +39,7 @@ test('tidemark migrate is idempotent and watermark --once --json publishes', asy
   const progress = JSON.parse(step.stdout);
   assert.equal(progress.outcome, 'advanced');
   assert.equal(progress.safeSeq, '1');
+  assert.match(step.stdout, /"stepMs":\d+(\.\d{1,3})?[,}]/, 'stepMs to the microsecond, without float noise');
   assert.equal(await safeSeq(db.observer, 'cli_tm'), 1n);
   const lease = await db.observer.query('SELECT lease_owner FROM cli_tm.watermark');
   assert.equal(lease.rows[0].lease_owner, null, 'the one-shot step released its lease');

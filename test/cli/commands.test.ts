@@ -43,7 +43,7 @@ test('prune --once deletes below safe_seq; a consumer left behind exits 3 with h
   await cli(['watermark', '--once'], { env });
   const pruned = await cli(['prune', '--once', '--retention', '0s', '--allow-short-retention', '--json'], { env });
   assert.equal(pruned.code, 0, pruned.stderr);
-  assert.deepEqual(JSON.parse(pruned.stdout), { deleted: 2, batches: 1, horizons: [{ stream: 's', prunedThroughSeq: '2' }], safeSeq: '2' });
+  assert.deepEqual(JSON.parse(pruned.stdout), { deleted: '2', batches: 1, horizons: [{ stream: 's', prunedThroughSeq: '2' }], safeSeq: '2' });
 
   const behind = await cli(['tail', '--consumer', 'late', '--stream', 's', '--once'], { env });
   assert.equal(behind.code, 3);

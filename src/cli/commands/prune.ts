@@ -18,7 +18,8 @@ export async function pruneCommand(
   const db = await openDatabase(options);
   try {
     const result = await new Pruner(db.pool, prunerOptions).prune();
-    if (options.json) console.log(json(result));
+    // As in status --json: every seq and every count of events a decimal string (64-bit), batches a number.
+    if (options.json) console.log(json({ ...result, deleted: BigInt(result.deleted) }));
     else {
       console.log(`deleted ${result.deleted} events in ${result.batches} batches (safe_seq ${result.safeSeq})`);
       for (const h of result.horizons) console.log(`  ${h.stream}: pruned through seq ${h.prunedThroughSeq}`);
