@@ -47,9 +47,11 @@ export function transaction(hold: CursorHold, live: () => boolean, what: string)
  * transaction and the lock released. Otherwise it is destroyed.
  */
 export class CursorHold {
-  /** Rejects when the connection ends under us; never resolves otherwise. */
-  readonly lost: Promise<never>;
   private broken: unknown;
+  /** Why the connection was lost, once it was. */
+  private lostWith: ConnectionLostError | undefined;
+  /** Waiters to tell when it is lost: each removes itself when its wait ends, so a long tail keeps none of its past waits. */
+  private readonly lostListeners = new Set<(err: ConnectionLostError) => void>();
   private released = false;
   private readonly onError: (err?: unknown) => void;
 
@@ -60,15 +62,35 @@ export class CursorHold {
     /** Bound on each of tidemark's own statements on this connection; past it the connection is dropped. */
     readonly boundMs: number,
   ) {
-    let fail!: (err: unknown) => void;
-    this.lost = new Promise<never>((_, reject) => (fail = reject));
-    this.lost.catch(() => undefined);
     this.onError = (err?: unknown) => {
       this.broken ??= err ?? new Error('connection ended');
-      fail(new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err));
+      if (this.lostWith) return;
+      this.lostWith = new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
+      for (const listener of [...this.lostListeners]) listener(this.lostWith);
+      this.lostListeners.clear();
     };
     client.on('error', this.onError);
     client.on('end', this.onError);
+  }
+
+  /**
+   * Calls `listener` once if the connection ends under us (at once, in a
+   * microtask, if it has already). Returns the function that removes it:
+   * a wait calls it when it ends, however it ends.
+   */
+  onLost(listener: (err: ConnectionLostError) => void): () => void {
+    if (this.lostWith) {
+      const err = this.lostWith;
+      queueMicrotask(() => listener(err));
+      return () => undefined;
+    }
+    this.lostListeners.add(listener);
+    return () => this.lostListeners.delete(listener);
+  }
+
+  /** How many waits are listening for the connection's loss now (for tests: none outlives its wait). */
+  get lostListenerCount(): number {
+    return this.lostListeners.size;
   }
 
   /**

@@ -31,6 +31,11 @@ interface Waiter {
  * `backoffMaxMs` and tries again. Its connection goes back to the pool only
  * after a successful UNLISTEN; otherwise it is destroyed.
  */
+/** What tells a wait that its page's connection was lost (a CursorHold). */
+export interface LostSource {
+  onLost(listener: (err: Error) => void): () => void;
+}
+
 export class Listener {
   /** Bumped on every notification; tailers compare it to skip a wait they would have missed. */
   generation = 0;
@@ -68,15 +73,17 @@ export class Listener {
    * Waits until a notification announces a safe_seq above `afterSeq`, the
    * listener (re)connects, or `timeoutMs` passes. If a notification arrived
    * since `sinceGeneration` (read before the page), returns at once.
-   * Rejects with the abort reason, or when `lost` rejects.
+   * Rejects with the abort reason, or when `lost` reports the connection lost.
    */
-  wait(afterSeq: bigint, sinceGeneration: number, timeoutMs: number, signal: AbortSignal, lost?: Promise<never>): Promise<WakeReason> {
+  wait(afterSeq: bigint, sinceGeneration: number, timeoutMs: number, signal: AbortSignal, lost?: LostSource): Promise<WakeReason> {
     if (this.generation !== sinceGeneration && this.lastNotified > afterSeq) return Promise.resolve('notify');
     return new Promise<WakeReason>((resolve, reject) => {
+      let offLost: (() => void) | undefined;
       const finish = (settle: () => void) => {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);
         this.waiters.delete(waiter);
+        offLost?.();
         settle();
       };
       const waiter: Waiter = { afterSeq, wake: (reason) => finish(() => resolve(reason)) };
@@ -85,7 +92,7 @@ export class Listener {
       if (signal.aborted) return onAbort();
       signal.addEventListener('abort', onAbort, { once: true });
       this.waiters.add(waiter);
-      lost?.catch((err: unknown) => finish(() => reject(err)));
+      offLost = lost?.onLost((err) => finish(() => reject(err)));
     });
   }
 

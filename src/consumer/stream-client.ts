@@ -6,7 +6,7 @@ import { checkKnownOptions, nameOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
 import { CursorHold } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
-import { Listener } from './listener.js';
+import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
 import { pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
 import { boundedQuery } from '../db/deadline.js';
@@ -153,8 +153,8 @@ export class StreamClient {
                 continue;
               }
               wake = this.listener
-                ? await this.listener.wait(page.safeSeq, generation, o.pollIntervalMs, signal, hold.lost)
-                : await pollOnly(o.pollIntervalMs, signal, hold.lost);
+                ? await this.listener.wait(page.safeSeq, generation, o.pollIntervalMs, signal, hold)
+                : await pollOnly(o.pollIntervalMs, signal, hold);
             }
           });
         } catch (err) {
@@ -339,22 +339,20 @@ function validateNames(consumer: unknown, stream: unknown): void {
   nameOption(stream, 'stream');
 }
 
-function pollOnly(ms: number, signal: AbortSignal, lost: Promise<never>): Promise<WakeReason> {
+/** Waits `ms` for the next poll; rejects with the abort reason or when `lost` reports the connection lost. Exported for tests. */
+export function pollOnly(ms: number, signal: AbortSignal, lost: LostSource): Promise<WakeReason> {
   return new Promise<WakeReason>((resolve, reject) => {
-    const onAbort = () => {
+    let offLost: (() => void) | undefined;
+    const finish = (settle: () => void) => {
       clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
       signal.removeEventListener('abort', onAbort);
-      resolve('poll');
-    }, ms);
+      offLost?.();
+      settle();
+    };
+    const onAbort = () => finish(() => reject(signal.reason));
+    const timer = setTimeout(() => finish(() => resolve('poll')), ms);
     if (signal.aborted) return onAbort();
     signal.addEventListener('abort', onAbort, { once: true });
-    lost.catch((err: unknown) => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-      reject(err);
-    });
+    offLost = lost.onLost((err) => finish(() => reject(err)));
   });
 }

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { ClosedError, HandlerError, InvalidOptionsError, SinkError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { quoteIdent } from '../db/queryable.js';
+import { boundedQuery } from '../db/deadline.js';
 import { StreamClient } from '../consumer/stream-client.js';
 import { CommitThrough } from '../consumer/page.js';
 import type { StreamEvent } from '../consumer/events.js';
@@ -10,12 +11,15 @@ import type { RelayEvent } from './events.js';
 import { resolveRelayOptions, SESSION_DEATH_DETECTION_MS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import type { RelayMessage, Sink } from './sink.js';
 
+/** Where lag() stops counting, as readStatus does. */
+const LAG_COUNT_LIMIT = 1_000_000;
+
 /** How far a relayed stream is behind, read from the database. */
 export interface RelayLag {
   stream: string;
   /** The relay's committed cursor on this stream. */
   cursor: bigint;
-  /** Events of the stream at or below safe_seq not yet relayed. */
+  /** Events of the stream at or below safe_seq not yet relayed, counted up to 1,000,000. */
   events: number;
   /** Age of the oldest of them (its `occurred_at`), by the database clock; 0 when none. */
   seconds: number;
@@ -162,9 +166,17 @@ export class Relay {
   /** How far each stream is behind, read from the database (for metrics and health). */
   async lag(): Promise<RelayLag[]> {
     const s = quoteIdent(this.options.schema);
-    const r = await this.pool.query<{ stream: string; cursor: string; events: string; seconds: number | null }>(
+    // Bounded twice, as readStatus is: the count stops at 1,000,000 events
+    // (a relay far behind must not make every scrape scan its backlog), and
+    // the answer must come within responseTimeoutMs (a half-open connection
+    // is destroyed, never waited on).
+    const r = await boundedQuery<{ stream: string; cursor: string; events: string; seconds: number | null }>(
+      this.pool,
+      this.options.responseTimeoutMs,
+      'the relay lag',
       `SELECT st.stream, coalesce(c.seq, 0) AS cursor,
-              (SELECT count(*) FROM ${s}.events e WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq) AS events,
+              (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq
+                LIMIT ${LAG_COUNT_LIMIT}) p) AS events,
               (SELECT extract(epoch FROM now() - e.occurred_at)::float8 FROM ${s}.events e
                 WHERE e.stream = st.stream AND e.seq > coalesce(c.seq, 0) AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1) AS seconds
          FROM pg_catalog.unnest($2::text[]) AS st(stream) CROSS JOIN ${s}.watermark w

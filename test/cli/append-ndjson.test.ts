@@ -147,3 +147,22 @@ test('append --ndjson refuses a line that is not UTF-8, naming the line and the 
   assert.equal(last.stderr, 'tidemark: line 2: not valid UTF-8 (byte 33 of the line, 0xc3); nothing was written\n');
   assert.equal(await eventCount(db), 2);
 });
+
+test('a second signal while a batch is being committed exits at once with the whole line, naming the batch that may be half-done', async (t) => {
+  const db = await testDb(t);
+  const fence = await db.session('fence');
+  await fence.query('BEGIN');
+  await fence.query('SELECT pg_advisory_xact_lock($1)', [fenceKey('tidemark').toString()]);
+  const child = startCli(['append', '--ndjson', '--batch', '2'], { env: { DATABASE_URL: db.url } });
+  db.defer(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  child.stdin!.write(`${event('a')}\n${event('b')}\n${event('c')}\n${event('d')}\n`);
+  await waitForBlockedStatement(db.observer, 'INSERT INTO "tidemark".events');
+  child.kill('SIGINT');
+  await stderr.next(/SIGINT: stopping once lines 1-2, being committed now, are\n/);
+  child.kill('SIGINT');
+  assert.equal(await exited(child), 130);
+  // The last line, whole: stderr is a pipe here, as under a supervisor.
+  assert.match(stderr.text(), /\ntidemark: SIGINT again: exiting now; lines 1-2 were being committed and may or may not have been; nothing was written\n$/);
+  await fence.query('ROLLBACK');
+});

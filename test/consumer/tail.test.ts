@@ -404,3 +404,23 @@ test('with retry: false, a tail whose connection is terminated while it waits en
   assert.equal(isRetryable(err), true);
   assert.equal(pool.totalCount, pool.idleCount);
 });
+
+test('a tail\'s waits leave nothing behind on its cursor hold, and a wait still ends when the connection is lost', async (t) => {
+  const db = await testDb(t);
+  const pool = db.pool();
+  const { CursorHold } = await import('../../src/consumer/cursor-hold.js');
+  const { pollOnly } = await import('../../src/consumer/stream-client.js');
+  const hold = await CursorHold.open(pool, 'tidemark', 'c', 's', undefined, 10_000);
+  const never = new AbortController().signal;
+  // A tail that polls for a day waits ~86,000 times on one hold: each wait must take its listener back.
+  for (let i = 0; i < 2000; i += 1) await pollOnly(0, never, hold);
+  assert.equal(hold.lostListenerCount, 0);
+  const waiting = pollOnly(60_000, never, hold);
+  assert.equal(hold.lostListenerCount, 1);
+  const pid = (hold.client as unknown as { processID: number }).processID;
+  await db.observer.query('SELECT pg_terminate_backend($1)', [pid]);
+  await assert.rejects(waiting, (err: unknown) => err instanceof Error && err.name === 'ConnectionLostError');
+  assert.equal(hold.lostListenerCount, 0);
+  await assert.rejects(pollOnly(60_000, never, hold), (err: unknown) => err instanceof Error && err.name === 'ConnectionLostError', 'a wait begun after the loss ends at once');
+  await hold.release().catch(() => undefined);
+});

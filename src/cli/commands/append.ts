@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import type pg from 'pg';
 import { InvalidEventError, sqlState } from '../../errors.js';
 import { eventFromJson, eventFromParts, type EventRow } from '../../outbox/event.js';
@@ -193,7 +194,9 @@ async function appendNdjson(pool: pg.Pool, schema: string, batchSize: number): P
     if (stoppedBy) {
       // A second signal: leave now, saying what may be half-done.
       const inFlight = writing ? `lines ${writing.first}-${writing.last} were being committed and may or may not have been` : '';
-      console.error(`tidemark: ${signal} again: exiting now; ${committed.record(inFlight)}`);
+      // Written synchronously: console.error to a pipe is asynchronous, and
+      // process.exit would cut the line short.
+      writeSync(2, `tidemark: ${signal} again: exiting now; ${committed.record(inFlight)}\n`);
       process.exit(128 + signalNumber(signal));
     }
     stoppedBy = signal;
