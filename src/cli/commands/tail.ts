@@ -9,6 +9,7 @@ import { CliError } from '../cli-error.js';
 import { setCursor } from '../../consumer/cursors.js';
 import { asFromFlag, cursorTarget } from './cursor.js';
 import { shellWord } from '../shell-word.js';
+import { RetryLines } from '../retry-lines.js';
 import { DEFAULT_SCHEMA } from '../../db/queryable.js';
 import { parseDuration } from '../duration.js';
 
@@ -84,6 +85,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     throw new CliError(`stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, run: ${skip}`);
   }
   const db = await openDatabase(options, 3);
+  const retries = new RetryLines((line) => console.error(`tidemark: tail: ${line}`));
   const client = configured(
     () =>
       new StreamClient(db.pool, {
@@ -91,8 +93,11 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
         // --once fails fast; following recovers from restarts and lost connections by itself.
         retry: !options.once,
         observer: (event) => {
-          if (event.type === 'page') written = event.cursor;
-          if (event.type === 'retry') console.error(`tidemark: tail: ${explain(event.error, { url: db.url }).message}; retrying in ${event.delayMs} ms (attempt ${event.attempt})`);
+          if (event.type === 'page') {
+            written = event.cursor;
+            retries.succeeded();
+          }
+          if (event.type === 'retry') retries.failed(explain(event.error, { url: db.url }).message, event.attempt);
         },
       }),
   );
