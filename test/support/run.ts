@@ -69,6 +69,13 @@ async function main(): Promise<number> {
   }
 
   await build();
+  // `npx tidemark`, as the README's commands run it (test/readme.test.ts
+  // runs them as written), installs this checkout into npm's npx cache on
+  // first use from a path, and that install runs the prepare script: a
+  // build rewriting dist/ while other tests load it. Once, before any test.
+  if (files.some((f) => f.includes('readme'))) {
+    await promisify(execFile)('npx', ['--yes', 'tidemark', '--version'], { cwd: root, timeout: 120_000 });
+  }
 
   let embedded: EmbeddedPostgresHandle | undefined;
   let dataDir: string | undefined;
