@@ -15,8 +15,7 @@ export type TidemarkErrorCode =
   | 'FENCE_BUSY'
   | 'CONNECTION_LOST'
   | 'SINK_FAILED'
-  | 'INEXACT_NUMBER'
-  | 'OWNER_IN_USE';
+  | 'INEXACT_NUMBER';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -52,26 +51,6 @@ export class InvalidEventError extends TidemarkError {
     super('INVALID_EVENT', `event[${index}].${field}: ${message}`);
     this.index = index;
     this.field = field;
-  }
-}
-
-/**
- * Another live process runs a watermarker of this schema under the same
- * `owner`. The lease is an owner's, so two processes with one owner would
- * both act as its holder: `Watermarker.run()` refuses to start instead
- * (each process holds an advisory lock keyed by its owner for as long as
- * its loop connection lives). `holder` names the other session.
- */
-export class OwnerInUseError extends TidemarkError {
-  /** The owner both processes were given. */
-  readonly owner: string;
-  /** The other process's session: pid, application, client address, when known. */
-  readonly holder: string;
-
-  constructor(owner: string, holder: string) {
-    super('OWNER_IN_USE', `owner ${JSON.stringify(owner)} is in use by another live watermarker (${holder}); give each process its own owner, or stop the other`);
-    this.owner = owner;
-    this.holder = holder;
   }
 }
 

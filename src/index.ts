@@ -58,7 +58,6 @@ export {
   ConnectionLostError,
   SinkError,
   InexactNumberError,
-  OwnerInUseError,
   isRetryable,
 } from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

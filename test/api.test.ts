@@ -20,7 +20,6 @@ test('the public exports change only on purpose', () => {
     'MIN_RETENTION_MS',
     'NatsSink',
     'NoResponseError',
-    'OwnerInUseError',
     'Pruner',
     'RabbitMqSink',
     'Relay',

@@ -1,6 +1,5 @@
 import type pg from 'pg';
-import { fenceKey, quoteIdent, wakeChannel } from '../db/queryable.js';
-import { OwnerInUseError } from '../errors.js';
+import { quoteIdent, wakeChannel } from '../db/queryable.js';
 import { cancelBackend } from '../db/cancellable.js';
 import { withDeadline } from '../db/deadline.js';
 import type { ResolvedWatermarkerOptions } from './options.js';
@@ -145,9 +144,6 @@ export class LoopConnection {
   }
 
   private async open(): Promise<pg.PoolClient> {
-    // The owner's key: per schema (the fence key seeds it), so one owner
-    // name may run a watermarker of each schema.
-    const ownerKey = `pg_catalog.hashtextextended('tidemark owner ' || $1::text, ${fenceKey(this.options.schema).toString()}::bigint)`;
     const client = await this.pool.connect();
     // A terminated backend also emits 'error' on the client; the query's own
     // rejection carries it. A sleep ends with the connection.
@@ -171,28 +167,6 @@ export class LoopConnection {
             `LISTEN ${quoteIdent(this.channel)}`,
         ),
       );
-      // One live process per owner: the lease is the owner's, so a second
-      // process with the same owner would act as its holder too. Held for
-      // the connection's life; a connection's end releases it.
-      const held = await withDeadline(client, this.options.responseTimeoutMs, 'the watermark loop', () =>
-        client.query<{ ok: boolean }>(`SELECT pg_catalog.pg_try_advisory_lock(${ownerKey}) AS ok`, [this.options.owner]),
-      );
-      if (!held.rows[0]!.ok) {
-        const other = await withDeadline(client, this.options.responseTimeoutMs, 'the watermark loop', () =>
-          client.query<{ pid: number; application_name: string | null; client_addr: string | null }>(
-            `SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr
-               FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid <> pg_catalog.pg_backend_pid()
-                AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-                AND ((l.classid::bigint << 32) | l.objid::bigint) = ${ownerKey}
-              LIMIT 1`,
-            [this.options.owner],
-          ),
-        );
-        const row = other.rows[0];
-        const holder = row ? [`pid ${row.pid}`, row.application_name ? `application ${JSON.stringify(row.application_name)}` : '', row.client_addr ? `from ${row.client_addr}` : ''].filter(Boolean).join(', ') : 'a session that has just ended';
-        throw new OwnerInUseError(this.options.owner, holder);
-      }
     } catch (err) {
       client.release(err as Error);
       throw err;

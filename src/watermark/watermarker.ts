@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
-import { ClosedError, OwnerInUseError, InvalidOptionsError } from '../errors.js';
+import { ClosedError, InvalidOptionsError } from '../errors.js';
 import { cancellableQuery } from '../db/cancellable.js';
 import { quoteIdent } from '../db/queryable.js';
 import { acquireLease, leaseSql, type LeaseSql } from './lease.js';
@@ -136,13 +136,11 @@ export class Watermarker {
     const o = this.options;
     const loop = new LoopConnection(this.pool, o);
     let retryMs = o.retryMinMs;
-    let ran = false; // a run came back: the owner was this process's
     try {
       while (!signal.aborted && !this.closed) {
         let pauseMs = 0;
         try {
           const summary = await loop.runOnce(signal);
-          ran = true;
           // Asleep, the next run is due this long after the return, whatever the heartbeat takes.
           const wakeBy = performance.now() + o.summaryIntervalMs;
           retryMs = o.retryMinMs;
@@ -160,14 +158,6 @@ export class Watermarker {
           }
         } catch (err) {
           if (signal.aborted) break;
-          // Another process with this owner, found at start: refuse to run
-          // (and do not release its lease). Found later, it may be this
-          // process's own earlier connection, not yet ended on the server:
-          // retried like any failure.
-          if (err instanceof OwnerInUseError && !ran) {
-            this.closed = true;
-            throw err;
-          }
           this.leader = false;
           this.leaderUntil = null;
           pauseMs = Math.round(retryMs / 2 + Math.random() * (retryMs / 2));

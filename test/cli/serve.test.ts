@@ -215,37 +215,3 @@ test('serve: a terminated loop backend is reconnected by itself, and a removed f
   assert.equal(await exited(child), 0, stderr.text());
   assert.equal((await lease(db)).owner, null);
 });
-
-test('a second live process with the same --owner is refused in one line and leaves the first one\'s lease alone; the library refuses too', async (t) => {
-  const db = await testDb(t);
-  const env = { DATABASE_URL: db.url };
-  const first = startCli(['serve', '--roles', 'watermarker', '--owner', 'same', '--lease-ttl', '60s'], { env });
-  t.after(() => first.kill('SIGKILL'));
-  const stderr = watchStderr(first);
-  await stderr.next(/running watermarker as same/);
-  await waitFor('the first to hold the lease', async () => (await lease(db)).owner === 'same');
-
-  const second = await cli(['serve', '--roles', 'watermarker', '--owner', 'same', '--lease-ttl', '60s'], { env });
-  assert.equal(second.code, 2, second.stderr);
-  const lines = second.stderr.split('\n').filter(Boolean);
-  assert.match(lines.at(-1)!, /^tidemark: --owner: owner "same" is in use by another live watermarker \(pid \d+, application "tidemark-watermarker"(, from [0-9a-f.:]+)?\); give each process its own owner, or stop the other$/);
-  assert.equal((await lease(db)).owner, 'same', 'the first one keeps its lease: the refused one did not release it');
-  assert.equal(first.exitCode, null, 'the first one runs on');
-
-  // The library: run() rejects at once with OwnerInUseError; another owner runs (as a standby).
-  const { OwnerInUseError, Watermarker } = await import('../../src/index.js');
-  const twin = new Watermarker(db.pool(), { owner: 'same' });
-  await assert.rejects(twin.run(new AbortController().signal), (err: unknown) => err instanceof OwnerInUseError && err.owner === 'same');
-  await twin.close();
-  assert.equal((await lease(db)).owner, 'same');
-
-  first.kill('SIGTERM');
-  assert.equal(await exited(first), 0);
-  // Once the first is gone the owner is free again.
-  const again = startCli(['serve', '--roles', 'watermarker', '--owner', 'same'], { env });
-  t.after(() => again.kill('SIGKILL'));
-  await watchStderr(again).next(/running watermarker as same/);
-  await waitFor('the owner to lead again', async () => (await lease(db)).owner === 'same');
-  again.kill('SIGTERM');
-  assert.equal(await exited(again), 0);
-});

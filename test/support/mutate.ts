@@ -35,14 +35,6 @@ const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
   {
-    id: 'owner-no-lock',
-    what: 'watermarker: run beside a live process with the same owner',
-    file: 'src/watermark/loop.ts',
-    find: '      if (!held.rows[0]!.ok) {',
-    replace: '      if (held.rows.length < 0) {',
-    tests: ['cli/serve'],
-  },
-  {
     id: 'exact-no-check',
     what: 'a parsed payload: take JSON.parse as it comes, rounding big numbers',
     file: 'src/consumer/exact-json.ts',

@@ -12,7 +12,7 @@ import { Relay } from '../../relay/relay.js';
 import { asFromFlag } from './cursor.js';
 import { setCursor } from '../../consumer/cursors.js';
 import { DEFAULT_SCHEMA, quoteIdent } from '../../db/queryable.js';
-import { isRetryable, OwnerInUseError, ResyncRequiredError } from '../../errors.js';
+import { isRetryable, ResyncRequiredError } from '../../errors.js';
 import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
 import { shellWord } from '../shell-word.js';
 
@@ -86,13 +86,12 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   const db = await openDatabase(options, 6 + 2 * (relaying?.options.streams.length ?? 0)); // a relayed stream: its page and its read ahead
   // What cannot pass by itself ends serve at start, with its exit code (a
   // database that does not exist, a login refused, a schema not migrated),
-  // before a broker's stream is created; anything else (the server down,
-  // starting, or not accepting connections for now) is retried by the
-  // roles, as while running.
+  // before a broker's stream is created; what can pass (the server down or
+  // starting) is retried by the roles, as while running.
   try {
     await db.pool.query(`SELECT safe_seq FROM ${quoteIdent(options.schema)}.watermark`);
   } catch (err) {
-    if (permanentAtStart(err)) {
+    if (!isRetryable(err)) {
       await db.close();
       throw err;
     }
@@ -262,13 +261,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     log(`relay stopped: ${oneLine(err)}`);
     stopping();
   });
-  // The watermarker refuses to run beside a live process with its owner; it retries everything else by itself.
-  const watermarkerRun = watermarker?.run(stop.signal).catch((err: unknown) => {
-    fatal = { error: err instanceof OwnerInUseError ? new CliError(`--owner: ${err.message}`) : err };
-    log(`${as('watermarker')}stopped: ${oneLine(err)}`);
-    stopping();
-  });
-  const running = [watermarkerRun, pruner?.run(stop.signal), relayRun].filter(Boolean);
+  const running = [watermarker?.run(stop.signal), pruner?.run(stop.signal), relayRun].filter(Boolean);
   log(`running ${[...roles].join(', ')}${watermarker ? ` as ${watermarker.options.owner}` : ''}`);
   const onSignal = (signal: string) => {
     log(`${signal}: stopping`);
@@ -310,15 +303,6 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
  * rebuild from a snapshot; the events are gone from the database, and only
  * the operator can decide to go on without them.
  */
-/** SQLSTATEs that running again will not change: no such database, login refused, not migrated, no permission. */
-const PERMANENT_AT_START = new Set(['3D000', '28P01', '28000', '42P01', '3F000', '42883', '42501']);
-
-function permanentAtStart(err: unknown): boolean {
-  if (err instanceof Error && /^SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be/.test(err.message)) return true;
-  const code = typeof err === 'object' && err !== null && 'code' in err ? (err as { code: unknown }).code : undefined;
-  return typeof code === 'string' && PERMANENT_AT_START.has(code);
-}
-
 function relayResync(err: ResyncRequiredError, schema: string): CliError {
   return new CliError(
     `relay: retention removed events of stream ${JSON.stringify(err.stream)} through seq ${err.prunedThrough} before they were relayed ` +
