@@ -12,7 +12,7 @@ import { Relay } from '../../relay/relay.js';
 import { asFromFlag } from './cursor.js';
 import { setCursor } from '../../consumer/cursors.js';
 import { DEFAULT_SCHEMA, quoteIdent } from '../../db/queryable.js';
-import { isRetryable, ResyncRequiredError } from '../../errors.js';
+import { isRetryable, ResyncRequiredError, sqlState } from '../../errors.js';
 import { relaySetup, type RelayFlags, type RelaySetup } from './relay.js';
 import { shellWord } from '../shell-word.js';
 
@@ -87,11 +87,12 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   // What cannot pass by itself ends serve at start, with its exit code (a
   // database that does not exist, a login refused, a schema not migrated),
   // before a broker's stream is created; what can pass (the server down or
-  // starting) is retried by the roles, as while running.
+  // starting, a database not accepting connections for now: 55000) is
+  // retried by the roles, as while running.
   try {
     await db.pool.query(`SELECT safe_seq FROM ${quoteIdent(options.schema)}.watermark`);
   } catch (err) {
-    if (!isRetryable(err)) {
+    if (!isRetryable(err) && sqlState(err) !== '55000') {
       await db.close();
       throw err;
     }
