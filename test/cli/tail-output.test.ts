@@ -69,6 +69,7 @@ test('tail | head -n N: the cursor stops at a page stdout accepted, never at a l
   await seed(db, 3000);
   const r = await sh('TIDEMARK tail --consumer h --stream s --batch 100 | head -n 250 > /dev/null', { DATABASE_URL: db.url });
   assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /^tidemark: stdout was closed by its reader; the cursor stays at the last line written \(seq \d+\)\n$/, 'one line, no raw EPIPE');
   const at = await cursor(db, 'h');
   assert.ok(at >= 250, `head read 250 lines; the cursor is at ${at}`);
   assert.equal(at % 100, 0, `commits are per page of 100 written lines; the cursor is at ${at}`);
