@@ -78,7 +78,7 @@ export class Listener {
   wait(afterSeq: bigint, sinceGeneration: number, timeoutMs: number, signal: AbortSignal, lost?: LostSource): Promise<WakeReason> {
     if (this.generation !== sinceGeneration && this.lastNotified > afterSeq) return Promise.resolve('notify');
     return new Promise<WakeReason>((resolve, reject) => {
-      let offLost: (() => void) | undefined;
+      let offLost: (() => void) | undefined = undefined; // set below; finish may run first (an aborted signal)
       const finish = (settle: () => void) => {
         clearTimeout(timer);
         signal.removeEventListener('abort', onAbort);

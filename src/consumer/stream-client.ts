@@ -342,7 +342,7 @@ function validateNames(consumer: unknown, stream: unknown): void {
 /** Waits `ms` for the next poll; rejects with the abort reason or when `lost` reports the connection lost. Exported for tests. */
 export function pollOnly(ms: number, signal: AbortSignal, lost: LostSource): Promise<WakeReason> {
   return new Promise<WakeReason>((resolve, reject) => {
-    let offLost: (() => void) | undefined;
+    let offLost: (() => void) | undefined = undefined; // set below; finish may run first (an aborted signal)
     const finish = (settle: () => void) => {
       clearTimeout(timer);
       signal.removeEventListener('abort', onAbort);
