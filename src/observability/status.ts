@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { quoteIdent } from '../db/queryable.js';
-import { InvalidOptionsError } from '../errors.js';
+import { InvalidOptionsError, sqlState } from '../errors.js';
 import { checkKnownOptions } from '../options.js';
 
 /** A snapshot of a tidemark schema's state, as `tidemark status` shows it. */
@@ -25,6 +25,12 @@ export interface TidemarkStatus {
    * transaction holding the fence. Empty when nothing waits.
    */
   blockingWriters: BlockingWriter[];
+  /**
+   * False when this role may not read them (a consumer role: naming other
+   * sessions' transactions is the owner's): `blockingWriters` is then empty
+   * whatever waits.
+   */
+  blockingWritersVisible: boolean;
   /** Per stream: events present (0 when `streamCounts` is false), greatest seq present, and the retention horizon. */
   streams: { stream: string; events: bigint; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
   /** Per cursor: position, pending events below safe_seq (counted up to 1,000,000), resyncs. */
@@ -98,7 +104,13 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
            FULL JOIN ${s}.horizons h ON h.stream = e.stream ORDER BY 1`
       : `SELECT stream, '0' AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
   )).rows as { stream: string; events: string; max_seq: string | null; pruned: string }[];
-  const blocking = (await db.query(`SELECT * FROM ${s}.blocking_writers()`)).rows as {
+  // A consumer role may read what a page reads, not which sessions hold safe_seq back.
+  let blockingWritersVisible = true;
+  const blocking = (await db.query(`SELECT * FROM ${s}.blocking_writers()`).catch((err: unknown) => {
+    if (sqlState(err) !== '42501') throw err;
+    blockingWritersVisible = false;
+    return { rows: [] };
+  })).rows as {
     pid: number | null;
     virtualtransaction: string;
     application_name: string | null;
@@ -139,6 +151,7 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
       pendingSeq: BigInt(b.pending_seq),
       waitingSince: b.waiting_since,
     })),
+    blockingWritersVisible,
     streams: streams.map((r) => ({ stream: r.stream, events: BigInt(r.events), maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
     consumers: consumers.map((r) => ({
       consumer: r.consumer,

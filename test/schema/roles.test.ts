@@ -5,6 +5,7 @@ import { Readable } from 'node:stream';
 import { from as copyFrom } from 'pg-copy-streams';
 import { append, StreamClient, Watermarker } from '../../src/index.js';
 import { closeAdmin, testDb, testRole, type TestDb } from '../support/db.js';
+import { cli } from '../support/cli.js';
 
 after(closeAdmin);
 
@@ -130,4 +131,24 @@ test('a dropped role leaves its consumer grants inert: other consumer roles keep
   await observer.query(`GRANT USAGE ON SCHEMA tidemark TO "${gone}"; GRANT SELECT, INSERT, UPDATE ON tidemark.cursors TO "${gone}"; GRANT SELECT ON tidemark.consumer_grants TO "${gone}"`);
   const namesake = db.pool({ options: `-c role=${gone}` });
   await assert.rejects(namesake.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 'x')`), denied);
+});
+
+test('status as a consumer role shows what that role may read; the writers safe_seq waits for are the owner\'s to see', async (t) => {
+  const db = await testDb(t);
+  const role = testRole(t, 'tm_status_consumer');
+  await db.observer.query(`CREATE ROLE ${role} LOGIN`);
+  await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [role]);
+  await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x')`);
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's'), ('other', 's')`);
+  const url = new URL(db.url);
+  url.username = role;
+  const text = await cli(['status', '--database-url', url.toString()]);
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(text.stdout, /^the writers safe_seq may wait for: visible to the schema owner only$/m);
+  const json = await cli(['status', '--json', '--database-url', url.toString()]);
+  assert.equal(json.code, 0, json.stderr);
+  const status = JSON.parse(json.stdout) as { blockingWritersVisible: boolean; maxSeq: string; consumers: { consumer: string }[] };
+  assert.equal(status.blockingWritersVisible, false);
+  assert.equal(status.maxSeq, '1');
+  assert.deepEqual(status.consumers.map((c) => c.consumer), ['c'], 'only the cursors it may use');
 });

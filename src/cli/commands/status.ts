@@ -10,6 +10,7 @@ export function table(headers: string[], rows: string[][]): string {
 
 /** The writers safe_seq waits for, or nothing when none holds it back. */
 function blockingLines(s: TidemarkStatus): string[] {
+  if (!s.blockingWritersVisible) return ['the writers safe_seq may wait for: visible to the schema owner only', ''];
   const writers = s.blockingWriters;
   if (writers.length === 0) return [];
   const since = writers[0]!.waitingSince;
