@@ -35,6 +35,31 @@ const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
   {
+    id: 'cursor-admin-no-lock',
+    what: 'cursor set/delete: move a cursor a consumer holds',
+    file: 'src/consumer/cursors.ts',
+    find: '      if (!free) {',
+    replace: '      if (free === undefined) {',
+    tests: ['cli/cursor-commands'],
+  },
+  {
+    id: 'cursor-admin-below-floor',
+    what: 'cursor set: below the retention floor',
+    file: 'src/consumer/cursors.ts',
+    find: '    if (seq < at.floor) {',
+    replace: '    if (seq < 0n) {',
+    tests: ['cli/cursor-commands'],
+  },
+  {
+    id: 'cursor-from-overwrites',
+    what: '--from: move a cursor that exists',
+    file: 'src/consumer/cursors.ts',
+    find: '      if (at.from !== null) return { consumer, stream, from: at.from, to: at.from, floor: at.floor, safeSeq: at.safeSeq };',
+    replace: '',
+    more: [['ON CONFLICT (consumer, stream) DO NOTHING RETURNING seq::text', 'ON CONFLICT (consumer, stream) DO UPDATE SET seq = EXCLUDED.seq RETURNING seq::text']],
+    tests: ['cli/cursor-commands'],
+  },
+  {
     id: 'exact-no-check',
     what: 'a parsed payload: take JSON.parse as it comes, rounding big numbers',
     file: 'src/consumer/exact-json.ts',
