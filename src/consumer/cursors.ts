@@ -66,6 +66,8 @@ export interface CursorAdminOptions {
   schema?: string;
   /** Only create a missing cursor; an existing one is left where it is (`from` then equals `to`). */
   onlyIfNew?: boolean;
+  /** With `onlyIfNew`: check the target as it would be applied, and write nothing. */
+  check?: boolean;
 }
 
 function schemaOf(options: CursorAdminOptions): string {
@@ -207,6 +209,7 @@ export async function setCursor(pool: pg.Pool, consumer: string, stream: string,
       const at = await read(client, false);
       if (at.from !== null) return { consumer, stream, from: at.from, to: at.from, floor: at.floor, safeSeq: at.safeSeq };
       const seq = target(at);
+      if (options.check) return { consumer, stream, from: null, to: seq, floor: at.floor, safeSeq: at.safeSeq };
       const made = await client.query<{ seq: string }>(
         `INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3) ON CONFLICT (consumer, stream) DO NOTHING RETURNING seq::text`,
         [consumer, stream, seq.toString()],

@@ -177,6 +177,13 @@ test('--from creates a missing cursor even while a consumer holds its lock, neve
   assert.match(above.stderr, /^tidemark: --from: seq 999 is above safe_seq 10: /);
   assert.equal(await cursorAt(db, 'x'), undefined);
 
+  // A seq valid for one relayed stream and not another creates neither cursor.
+  await db.observer.query(`INSERT INTO tidemark.horizons (stream, pruned_through_seq) VALUES ('t', 8)`);
+  const relay = await cli(['relay', '--to', 'nats://127.0.0.1:1', '--consumer', 'r', '--stream', 's', '--stream', 't', '--from', '5'], { env });
+  assert.equal(relay.code, 2, relay.stderr);
+  assert.match(relay.stderr, /^tidemark: --from: seq 5 is below the retention floor of stream "t"/);
+  assert.equal(await cursorAt(db, 'r'), undefined, 'no cursor for s either');
+
   // `now` skips forward, never back: a bootstrap may leave a cursor above the published safe_seq.
   await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream, seq) VALUES ('ahead', 's', 12)`);
   const now = await cli(['cursor', 'set', '--consumer', 'ahead', '--stream', 's', '--to', 'now'], { env });

@@ -180,8 +180,11 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     // command fails: a --from not applied would relay from seq 0.
     if (relaying?.from !== undefined) {
       try {
-        for (const stream of relaying.options.streams) {
-          await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true }).catch(asFromFlag);
+        // Checked for every stream first: a seq refused for one creates no cursor for the others.
+        for (const check of [true, false]) {
+          for (const stream of relaying.options.streams) {
+            await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true, check }).catch(asFromFlag);
+          }
         }
       } catch (err) {
         await relay.close().catch(() => undefined);
