@@ -136,12 +136,14 @@ test('a dropped role leaves its consumer grants inert: other consumer roles keep
 test('status as a consumer role shows what that role may read; the writers safe_seq waits for are the owner\'s to see', async (t) => {
   const db = await testDb(t);
   const role = testRole(t, 'tm_status_consumer');
-  await db.observer.query(`CREATE ROLE ${role} LOGIN`);
+  // A password: the embedded test server asks for one (trust on the system one ignores it).
+  await db.observer.query(`CREATE ROLE ${role} LOGIN PASSWORD 'status-pw'`);
   await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['c'])`, [role]);
   await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x')`);
   await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's'), ('other', 's')`);
   const url = new URL(db.url);
   url.username = role;
+  url.password = 'status-pw';
   const text = await cli(['status', '--database-url', url.toString()]);
   assert.equal(text.code, 0, text.stderr);
   assert.match(text.stdout, /^the writers safe_seq may wait for: visible to the schema owner only$/m);
