@@ -71,14 +71,15 @@ const LEDGER = 'tidemark_migrations';
 /** The ids of `<schema>.migrations` rows that are tidemark's (the id and file name of a bundled migration); none when its id and name columns are not an integer and a text. */
 async function oldLedgerRows(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<number[]> {
   const columns = await client.query<{ attname: string; type: string }>(
-    `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
+    `SELECT a.attname::pg_catalog.text, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
        FROM pg_catalog.pg_attribute a
-      WHERE a.attrelid = pg_catalog.to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped`,
+      WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid
+        AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped`,
     [`${quoteIdent(schema)}.migrations`],
   );
   const type = (name: string) => columns.rows.find((c) => c.attname === name)?.type;
   if (!['integer', 'bigint', 'smallint'].includes(type('id') ?? '') || !/^(text|character varying.*)$/.test(type('name') ?? '')) return [];
-  const rows = await client.query<{ id: string; name: string }>(`SELECT id::text, name::text FROM ${quoteIdent(schema)}.migrations`);
+  const rows = await client.query<{ id: string; name: string }>(`SELECT id::pg_catalog.text, name::pg_catalog.text FROM ${quoteIdent(schema)}.migrations`);
   const bundled = new Map(migrations.map((m) => [m.id, m.name]));
   return rows.rows.filter((r) => bundled.get(Number(r.id)) === r.name).map((r) => Number(r.id));
 }
@@ -100,9 +101,11 @@ async function adoptOldLedger(client: pg.PoolClient, schema: string, migrations:
   const mine = await oldLedgerRows(client, schema, migrations);
   if (mine.length === 0) return;
   const shape = await client.query<{ shape: string; rows: string }>(
-    `SELECT (SELECT pg_catalog.string_agg(a.attname::text || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
-               FROM pg_catalog.pg_attribute a WHERE a.attrelid = pg_catalog.to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped) AS shape,
-            (SELECT pg_catalog.count(*) FROM ${s}.migrations)::text AS rows`,
+    `SELECT (SELECT pg_catalog.string_agg(pg_catalog.concat(a.attname, ' ', pg_catalog.format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid
+                AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped) AS shape,
+            (SELECT pg_catalog.count(*) FROM ${s}.migrations)::pg_catalog.text AS rows`,
     [`${s}.migrations`],
   );
   await client.query("BEGIN; SET LOCAL search_path = ''");

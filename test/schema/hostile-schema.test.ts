@@ -30,6 +30,9 @@ test('a public schema of better-matching decoys changes nothing tidemark does, f
   assert.ok(planted.functions > 1000 && planted.aggregates > 10 && planted.operators > 10_000, `decoys planted: ${JSON.stringify(planted)}`);
   const hits = () => decoyHits(observer);
 
+  // Another tool's ledger where tidemark's goes: migrate reads its columns and rows, and leaves it.
+  await observer.query(`CREATE SCHEMA tidemark; CREATE TABLE tidemark.migrations (id integer PRIMARY KEY, name text NOT NULL); INSERT INTO tidemark.migrations VALUES (1, 'their_first.sql')`);
+
   // Installed, and run again, by the superuser.
   const pool = db.pool();
   assert.equal((await pool.query('SHOW search_path')).rows[0].search_path, '"$user", public');
@@ -113,5 +116,16 @@ test('a public schema of better-matching decoys changes nothing tidemark does, f
   const shown = await cli(['status', '--json'], { env });
   assert.equal(shown.code, 0, shown.stderr);
   assert.equal(JSON.parse(shown.stdout).safeSeq, '6');
+  // Cursor administration, and a new consumer started from now.
+  for (const args of [
+    ['cursor', 'set', '--consumer', 'admin', '--stream', 's', '--to', 'now'],
+    ['cursor', 'set', '--consumer', 'admin', '--stream', 's', '--to', 'start'],
+    ['cursor', 'list', '--json'],
+    ['cursor', 'delete', '--consumer', 'admin', '--stream', 's'],
+    ['tail', '--consumer', 'fresh', '--stream', 's', '--once', '--from', 'now'],
+  ]) {
+    const r = await cli(args, { env });
+    assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+  }
   assert.equal(await hits(), 0, 'CLI');
 });
