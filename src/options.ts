@@ -1,3 +1,4 @@
+import type pg from 'pg';
 /**
  * The validators every option resolver shares: each throws
  * InvalidOptionsError naming the option and the bad value.
@@ -70,4 +71,10 @@ export function checkKnownOptions(options: object, known: object, owner: string)
       throw new InvalidOptionsError(name, `is not a ${owner} option (known: ${Object.keys(known).join(', ')})`);
     }
   }
+}
+
+/** `pool`, refused by name unless it is a pool (a pg Pool, or anything with its connect()). */
+export function poolOption(pool: unknown): pg.Pool {
+  if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') throw new InvalidOptionsError('pool', 'expected a pg Pool');
+  return pool as pg.Pool;
 }

@@ -27,3 +27,15 @@ test('createPool, migrate, createMetrics and StreamClient.tail/drain/bootstrap r
   await assert.rejects(client.bootstrap('c', 's', { timeout: 5 } as never), refused('timeout'));
   assert.deepEqual(await client.drain('c', 's', handler, { maxEvents: 1 }), { delivered: 0, cursor: 0n, safeSeq: 0n }, 'known options still work');
 });
+
+test('every entry point that takes a pool refuses something else by name', async () => {
+  const { Pruner, Relay, Watermarker } = await import('../src/index.js');
+  const { setCursor, deleteCursor } = await import('../src/consumer/cursors.js');
+  const notPool = { query: () => undefined } as never;
+  for (const make of [() => new Watermarker(notPool), () => new Pruner(notPool), () => new StreamClient(notPool), () => new Relay(notPool, {} as never, { consumer: 'c', streams: ['s'] })]) {
+    assert.throws(make, (err: unknown) => err instanceof InvalidOptionsError && err.option === 'pool');
+  }
+  await assert.rejects(setCursor(notPool, 'c', 's', 'now'), (err: unknown) => err instanceof InvalidOptionsError && err.option === 'pool');
+  await assert.rejects(deleteCursor(notPool, 'c', 's'), (err: unknown) => err instanceof InvalidOptionsError && err.option === 'pool');
+});
+

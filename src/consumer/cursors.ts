@@ -17,7 +17,7 @@
  */
 import { CursorContentionError, InvalidOptionsError } from '../errors.js';
 import { quoteIdent, type Queryable } from '../db/queryable.js';
-import { nameOption } from '../options.js';
+import { nameOption, poolOption } from '../options.js';
 import type pg from 'pg';
 
 /** One durable cursor, with how far behind it is. */
@@ -132,6 +132,7 @@ export async function listCursors(db: Queryable, options: CursorAdminOptions = {
 
 /** Runs `work` in a transaction of its own on a pooled connection, holding the cursor's lock; refuses when a consumer holds it. */
 async function withCursorLock<T>(pool: pg.Pool, schema: string, consumer: string, stream: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  poolOption(pool);
   nameOption(consumer, 'consumer');
   nameOption(stream, 'stream');
   const s = quoteIdent(schema);
@@ -174,6 +175,7 @@ export async function setCursor(pool: pg.Pool, consumer: string, stream: string,
   if (!(typeof to === 'bigint' && to >= 0n) && to !== 'now' && to !== 'start') {
     throw new InvalidOptionsError('to', `expected a seq (a non-negative integer), 'now' or 'start', got ${String(to)}`);
   }
+  poolOption(pool);
   const schema = schemaOf(options);
   const s = quoteIdent(schema);
   const read = async (client: pg.ClientBase, lockRow: boolean) => {

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ClosedError, ConnectionLostError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
-import { checkKnownOptions, nameOption } from '../options.js';
+import { checkKnownOptions, nameOption, poolOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
 import { CursorHold } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
@@ -94,10 +94,7 @@ export class StreamClient {
   private closed = false;
 
   constructor(pool: pg.Pool, options: StreamClientOptions = {}) {
-    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
-      throw new InvalidOptionsError('pool', 'expected a pg Pool');
-    }
-    this.pool = pool;
+    this.pool = poolOption(pool);
     this.options = resolveStreamClientOptions(options);
     this.sql = pageSql(this.options.schema);
     const o = this.options;

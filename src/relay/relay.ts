@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ClosedError, HandlerError, InvalidOptionsError, SinkError, isRetryable } from '../errors.js';
+import { poolOption } from '../options.js';
 import { sleep } from '../db/acquire.js';
 import { quoteIdent } from '../db/queryable.js';
 import { boundedQuery } from '../db/deadline.js';
@@ -76,7 +77,7 @@ export class Relay {
   private closed = false;
 
   constructor(pool: pg.Pool, sink: Sink, options: RelayOptions) {
-    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') throw new InvalidOptionsError('pool', 'expected a pg Pool');
+    poolOption(pool);
     if (!sink || typeof sink.publish !== 'function' || typeof sink.open !== 'function') throw new InvalidOptionsError('sink', 'expected a Sink');
     this.pool = pool;
     this.sink = sink;

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { InvalidOptionsError } from '../errors.js';
 import { sleep } from '../db/acquire.js';
+import { poolOption } from '../options.js';
 import { boundedQuery } from '../db/deadline.js';
 import { quoteIdent } from '../db/queryable.js';
 import { resolvePrunerOptions, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
@@ -92,10 +92,7 @@ export class Pruner {
   private readonly sql: { batch: string; beat: string };
 
   constructor(pool: pg.Pool, options: PrunerOptions = {}) {
-    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
-      throw new InvalidOptionsError('pool', 'expected a pg Pool');
-    }
-    this.pool = pool;
+    this.pool = poolOption(pool);
     this.options = resolvePrunerOptions(options);
     this.sql = {
       batch: batchSql(this.options.schema),

@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
-import { ClosedError, InvalidOptionsError } from '../errors.js';
+import { ClosedError } from '../errors.js';
+import { poolOption } from '../options.js';
 import { cancellableQuery } from '../db/cancellable.js';
 import { quoteIdent } from '../db/queryable.js';
 import { acquireLease, leaseSql, type LeaseSql } from './lease.js';
@@ -64,10 +65,7 @@ export class Watermarker {
   private closed = false;
 
   constructor(pool: pg.Pool, options: WatermarkerOptions = {}) {
-    if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') {
-      throw new InvalidOptionsError('pool', 'expected a pg Pool');
-    }
-    this.pool = pool;
+    this.pool = poolOption(pool);
     this.options = resolveWatermarkerOptions(options);
     const s = quoteIdent(this.options.schema);
     this.lease = leaseSql(this.options.schema);
