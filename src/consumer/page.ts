@@ -28,8 +28,8 @@ export interface PageSql {
 
 /**
  * An event's columns as a page reads them: payload and headers as
- * PostgreSQL's own text, which the handler gets byte for byte (parsed only
- * when it reads `payload`, never re-serialised: see exact-json.ts).
+ * PostgreSQL's own text, which the handler gets byte for byte, and parsed
+ * from it without changing a number, never re-serialised (exact-json.ts).
  */
 const EVENT_COLUMNS = (t: string) =>
   `${t}.seq, ${t}.kind, ${t}.key, ${t}.payload::pg_catalog.text AS payload, ${t}.headers::pg_catalog.text AS headers, ${t}.occurred_at`;

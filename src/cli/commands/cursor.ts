@@ -30,17 +30,17 @@ function names(options: CursorOptions): { consumer: string; stream: string } {
   return { consumer: options.consumer!, stream: options.stream! };
 }
 
-/** A refusal of the library as the CLI says it: held (exit 1, try later), a bad target (exit 2). */
-function refusal(err: unknown): never {
-  if (err instanceof CursorContentionError) throw new CliError(err.message, EXIT.failed);
-  if (err instanceof InvalidOptionsError && err.option === 'to') throw new CliError(`--${err.message}`);
-  throw err;
-}
-
-/** A refusal of `--from`'s target, in the flag's terms (the library names it `to`). */
-export function asFromFlag(err: unknown): never {
-  if (err instanceof InvalidOptionsError && err.option === 'to') throw new CliError(`--from: ${err.message.replace(/^to: /, '')}`);
-  throw err;
+/**
+ * A refusal of the cursor functions as the CLI says it, naming `flag`
+ * (`--to`, or `--from` of tail and relay) where the library says `to`: a
+ * bad target exits 2, a cursor a consumer holds exits 1 (try later).
+ */
+export function refusedAs(flag: string): (err: unknown) => never {
+  return (err) => {
+    if (err instanceof CursorContentionError) throw new CliError(err.message, EXIT.failed);
+    if (err instanceof InvalidOptionsError && err.option === 'to') throw new CliError(`${flag}: ${err.message.replace(/^to: /, '')}`);
+    throw err;
+  };
 }
 
 /** `tidemark cursor list [--json]`: every cursor, its lag and who holds it. */
@@ -80,7 +80,7 @@ export async function cursorSetCommand(options: CursorOptions): Promise<number> 
   const to = cursorTarget(options.to, '--to');
   const db = await openDatabase(options);
   try {
-    const r = await setCursor(db.pool, consumer, stream, to, { schema: options.schema }).catch(refusal);
+    const r = await setCursor(db.pool, consumer, stream, to, { schema: options.schema }).catch(refusedAs('--to'));
     if (options.json) console.log(json(r));
     else {
       const what = `the cursor of consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)}`;
@@ -97,7 +97,7 @@ export async function cursorDeleteCommand(options: CursorOptions): Promise<numbe
   const { consumer, stream } = names(options);
   const db = await openDatabase(options);
   try {
-    const seq = await deleteCursor(db.pool, consumer, stream, { schema: options.schema }).catch(refusal);
+    const seq = await deleteCursor(db.pool, consumer, stream, { schema: options.schema }).catch(refusedAs('--to'));
     if (options.json) console.log(json({ consumer, stream, deleted: seq !== null, seq }));
     else {
       const what = `the cursor of consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)}`;

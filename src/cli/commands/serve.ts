@@ -9,7 +9,7 @@ import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
 import { Relay } from '../../relay/relay.js';
-import { asFromFlag } from './cursor.js';
+import { refusedAs } from './cursor.js';
 import { setCursor } from '../../consumer/cursors.js';
 import { DEFAULT_SCHEMA, quoteIdent } from '../../db/queryable.js';
 import { isRetryable, ResyncRequiredError, sqlState } from '../../errors.js';
@@ -173,8 +173,6 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     : undefined;
   if (relay) {
     metrics.trackRelay(relay);
-    // Fail fast on a broker that is misconfigured; one that is down is waited for (run retries).
-    // `tidemark relay` (the relay alone) fails fast on both.
     // A stream not relayed before starts where --from says; one relayed
     // before goes on from its cursor. Done before the relay starts, or the
     // command fails: a --from not applied would relay from seq 0.
@@ -183,7 +181,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
         // Checked for every stream first: a seq refused for one creates no cursor for the others.
         for (const check of [true, false]) {
           for (const stream of relaying.options.streams) {
-            await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true, check }).catch(asFromFlag);
+            await setCursor(db.pool, relaying.options.consumer, stream, relaying.from, { schema: options.schema, onlyIfNew: true, check }).catch(refusedAs('--from'));
           }
         }
       } catch (err) {
@@ -192,6 +190,8 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
         throw err;
       }
     }
+    // Fail fast on a broker that is misconfigured; one that is down is waited for (run retries).
+    // `tidemark relay` (the relay alone) fails fast on both.
     try {
       await relay.open();
     } catch (err) {

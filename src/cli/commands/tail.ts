@@ -7,7 +7,7 @@ import { nameOption } from '../../options.js';
 import { configured, json, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError } from '../cli-error.js';
 import { setCursor } from '../../consumer/cursors.js';
-import { asFromFlag, cursorTarget } from './cursor.js';
+import { cursorTarget, refusedAs } from './cursor.js';
 import { shellWord } from '../shell-word.js';
 import { RetryLines } from '../retry-lines.js';
 import { DEFAULT_SCHEMA } from '../../db/queryable.js';
@@ -108,7 +108,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   process.once('SIGTERM', onSignal);
   const out = new PageOutput(process.stdout);
   try {
-    if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true }).catch(asFromFlag);
+    if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true }).catch(refusedAs('--from'));
     if (options.bootstrap) {
       const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
       await snap.commit();
