@@ -74,14 +74,22 @@ function schemaOf(options: CursorAdminOptions): string {
   return options.schema ?? 'tidemark';
 }
 
-const HOLDER_SQL = (s: string) => `SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
+/**
+ * Advisory locks other sessions hold in this database, one row per key
+ * (the key's high and low halves are classid and objid, as for any bigint
+ * key), with the lowest pid holding it.
+ */
+const HELD_KEYS = `SELECT (l.classid::bigint << 32) | l.objid::bigint AS key, min(l.pid) AS pid
    FROM pg_catalog.pg_locks l
-   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-  WHERE l.locktype = 'advisory' AND l.granted AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid IS NOT NULL AND l.pid <> pg_catalog.pg_backend_pid()
     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-    AND l.objsubid = 1
-    AND ((l.classid::bigint << 32) | l.objid::bigint) = ${s}.cursor_lock_key($1, $2)
-  ORDER BY a.pid LIMIT 1`;
+  GROUP BY 1`;
+
+/** The session holding the lock of cursor ($1, $2), if any. */
+const HOLDER_SQL = (s: string) => `WITH held AS (${HELD_KEYS})
+ SELECT h.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
+   FROM held h LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+  WHERE h.key = ${s}.cursor_lock_key($1, $2)`;
 
 interface HolderRow {
   pid: number;
@@ -98,22 +106,15 @@ function holder(row: HolderRow | undefined): CursorHolder | null {
 /** Every cursor of the schema, in (consumer, stream) order, with its lag and holder. */
 export async function listCursors(db: Queryable, options: CursorAdminOptions = {}): Promise<CursorInfo[]> {
   const s = quoteIdent(schemaOf(options));
-  // The holder: a granted advisory lock whose key is the cursor's (the key's
-  // high and low halves are classid and objid, as for any bigint key).
   const r = await db.query(
     `WITH w AS (SELECT safe_seq FROM ${s}.watermark),
-          held AS (
-            SELECT (l.classid::bigint << 32) | l.objid::bigint AS key, min(l.pid) AS pid
-              FROM pg_catalog.pg_locks l
-             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid IS NOT NULL
-               AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-             GROUP BY 1)
+          held AS (${HELD_KEYS})
      SELECT c.consumer, c.stream, c.seq::text, c.updated_at,
             (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e
               WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= w.safe_seq LIMIT 1000000) p)::text AS lag,
             coalesce((SELECT extract(epoch FROM pg_catalog.clock_timestamp() - e.occurred_at)::float8 FROM ${s}.events e
               WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= w.safe_seq ORDER BY e.seq LIMIT 1), 0) AS lag_seconds,
-            a.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
+            h.pid, a.application_name, host(a.client_addr) AS client_addr, a.xact_start
        FROM ${s}.cursors c LEFT JOIN w ON true
        LEFT JOIN held h ON h.key = ${s}.cursor_lock_key(c.consumer, c.stream)
        LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid

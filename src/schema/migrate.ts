@@ -68,20 +68,31 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
  */
 const LEDGER = 'tidemark_migrations';
 
-/** The ids of `<schema>.migrations` rows that are tidemark's (the id and file name of a bundled migration); none when its id and name columns are not an integer and a text. */
-async function oldLedgerRows(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<number[]> {
+/**
+ * What `<schema>.migrations` holds of tidemark's: the ids of its rows that
+ * are a bundled migration's id and file name (none when its id and name
+ * columns are not an integer and a text), whether it holds nothing else,
+ * and whether it has tidemark's shape (id integer, name text, applied_at
+ * timestamptz), so that it can be renamed.
+ */
+async function oldLedger(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<{ mine: number[]; onlyMine: boolean; ourShape: boolean }> {
   const columns = await client.query<{ attname: string; type: string }>(
     `SELECT a.attname::pg_catalog.text, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
        FROM pg_catalog.pg_attribute a
       WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid
-        AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped`,
+        AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped
+      ORDER BY a.attnum`,
     [`${quoteIdent(schema)}.migrations`],
   );
+  const shape = columns.rows.map((c) => `${c.attname} ${c.type}`).join(', ');
   const type = (name: string) => columns.rows.find((c) => c.attname === name)?.type;
-  if (!['integer', 'bigint', 'smallint'].includes(type('id') ?? '') || !/^(text|character varying.*)$/.test(type('name') ?? '')) return [];
+  if (!['integer', 'bigint', 'smallint'].includes(type('id') ?? '') || !/^(text|character varying.*)$/.test(type('name') ?? '')) {
+    return { mine: [], onlyMine: false, ourShape: false };
+  }
   const rows = await client.query<{ id: string; name: string }>(`SELECT id::pg_catalog.text, name::pg_catalog.text FROM ${quoteIdent(schema)}.migrations`);
   const bundled = new Map(migrations.map((m) => [m.id, m.name]));
-  return rows.rows.filter((r) => bundled.get(Number(r.id)) === r.name).map((r) => Number(r.id));
+  const mine = rows.rows.filter((r) => bundled.get(Number(r.id)) === r.name).map((r) => Number(r.id));
+  return { mine, onlyMine: mine.length === rows.rows.length, ourShape: shape === 'id integer, name text, applied_at timestamp with time zone' };
 }
 
 /**
@@ -98,19 +109,11 @@ async function adoptOldLedger(client: pg.PoolClient, schema: string, migrations:
     [`${s}.${LEDGER}`, `${s}.migrations`],
   );
   if (found.rows[0]!.ours || !found.rows[0]!.old) return;
-  const mine = await oldLedgerRows(client, schema, migrations);
+  const { mine, onlyMine, ourShape } = await oldLedger(client, schema, migrations);
   if (mine.length === 0) return;
-  const shape = await client.query<{ shape: string; rows: string }>(
-    `SELECT (SELECT pg_catalog.string_agg(pg_catalog.concat(a.attname, ' ', pg_catalog.format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
-               FROM pg_catalog.pg_attribute a
-              WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid
-                AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped) AS shape,
-            (SELECT pg_catalog.count(*) FROM ${s}.migrations)::pg_catalog.text AS rows`,
-    [`${s}.migrations`],
-  );
   await client.query("BEGIN; SET LOCAL search_path = ''");
   try {
-    if (shape.rows[0]!.shape === 'id integer, name text, applied_at timestamp with time zone' && Number(shape.rows[0]!.rows) === mine.length) {
+    if (ourShape && onlyMine) {
       await client.query(`ALTER TABLE ${s}.migrations RENAME TO ${LEDGER}`);
     } else {
       await client.query(`CREATE TABLE ${s}.${LEDGER} (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT pg_catalog.now())`);
@@ -161,7 +164,7 @@ export async function migrate(pool: pg.Pool, options: MigrateOptions = {}): Prom
       for (const row of rows.rows) recorded.add(row.id);
     } else if (options.dryRun && existing.rows[0]?.old) {
       // What adoptOldLedger would take over, without taking it.
-      for (const id of await oldLedgerRows(client, schema, migrations)) recorded.add(id);
+      for (const id of (await oldLedger(client, schema, migrations)).mine) recorded.add(id);
     }
     const pending = migrations.filter((m) => !recorded.has(m.id));
     const result: MigrateResult = { schema, applied: [], alreadyApplied: [...recorded] };
