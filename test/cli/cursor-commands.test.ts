@@ -189,3 +189,20 @@ test('--from creates a missing cursor even while a consumer holds its lock, neve
   const now = await cli(['cursor', 'set', '--consumer', 'ahead', '--stream', 's', '--to', 'now'], { env });
   assert.equal(now.stdout, 'moved the cursor of consumer "ahead" on stream "s" from seq 12 to seq 12\n');
 });
+
+test('--from racing a consumer that creates the same cursor: the consumer\'s page fails with 40001 and its retry starts where --from put the cursor', async (t) => {
+  const db = await testDb(t);
+  await seed(db, 10);
+  // A consumer of the SQL contract whose snapshot was taken before the cursor existed.
+  const consumer = await db.session('consumer');
+  await consumer.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+  await consumer.query('SELECT 1');
+  assert.deepEqual(await setCursor(db.pool(), 'race', 's', 'now', { onlyIfNew: true }), { consumer: 'race', stream: 's', from: null, to: 10n, floor: 3n, safeSeq: 10n });
+  // The page cannot see the row, and may not create one over it: a serialization failure, not a page from seq 0.
+  await assert.rejects(consumer.query(`SELECT * FROM tidemark.read_page('race', 's', 100)`), (err: unknown) => (err as { code?: string }).code === '40001');
+  await consumer.query('ROLLBACK');
+  await consumer.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+  const page = await consumer.query(`SELECT seq FROM tidemark.read_page('race', 's', 100)`);
+  assert.deepEqual(page.rows, [], 'the retry starts at the cursor --from made: nothing published before it');
+  await consumer.query('ROLLBACK');
+});
