@@ -12,6 +12,16 @@ after(closeAdmin);
 
 const root = new URL('../', import.meta.url);
 
+/** Runs examples/<name> as the README says (`npx tsx examples/<name>`, through tsx here), from the checkout, with `env` added; resolves with its stdout. */
+async function runExample(name: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL(`examples/${name}`, root).pathname], {
+    env: { ...process.env, ...env },
+    cwd: new URL('.', root).pathname,
+    timeout: 60_000,
+  });
+  return stdout;
+}
+
 // The examples import 'tidemark' as users do, i.e. the built dist/, which
 // test/support/run.ts builds before any test starts.
 
@@ -22,11 +32,7 @@ test('the README shows examples/outbox.ts verbatim, and it runs as shown', async
 
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/outbox.ts', root).pathname], {
-    env: { ...process.env, DATABASE_URL: db.url },
-    cwd: new URL('.', root).pathname,
-    timeout: 60_000,
-  });
+  const stdout = await runExample('outbox.ts', { DATABASE_URL: db.url });
   assert.equal(stdout, 'appended seq 1\nadvanced: safe_seq = 1\n');
 });
 
@@ -37,28 +43,17 @@ test('the README shows examples/consumer.ts verbatim, and it runs as shown', asy
 
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
-  const run = () =>
-    promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/consumer.ts', root).pathname], {
-      env: { ...process.env, DATABASE_URL: db.url },
-      cwd: new URL('.', root).pathname,
-      timeout: 60_000,
-    });
-  const first = await run();
-  assert.equal(first.stdout, 'seq 1: order.placed ada\nseq 2: order.placed bob\nseq 3: order.placed ada\nada: 35\nbob: 12\n');
+  const run = () => runExample('consumer.ts', { DATABASE_URL: db.url });
+  assert.equal(await run(), 'seq 1: order.placed ada\nseq 2: order.placed bob\nseq 3: order.placed ada\nada: 35\nbob: 12\n');
   // Run again: the durable cursor resumes after seq 3, so only the new events apply.
-  const second = await run();
-  assert.equal(second.stdout, 'seq 4: order.placed ada\nseq 5: order.placed bob\nseq 6: order.placed ada\nada: 70\nbob: 24\n');
+  assert.equal(await run(), 'seq 4: order.placed ada\nseq 5: order.placed bob\nseq 6: order.placed ada\nada: 70\nbob: 24\n');
 
   // The bootstrap example rebuilds the same projection and finds nothing left to deliver.
   const example2 = await readFile(new URL('examples/bootstrap.ts', root), 'utf8');
   assert.ok(readme.includes(example2.trim()), 'README.md embeds examples/bootstrap.ts');
   await db.observer.query('UPDATE order_totals SET total = 0'); // damage it: the rebuild must repair it
-  const rebuilt = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/bootstrap.ts', root).pathname], {
-    env: { ...process.env, DATABASE_URL: db.url },
-    cwd: new URL('.', root).pathname,
-    timeout: 60_000,
-  });
-  assert.equal(rebuilt.stdout, 'rebuilt through seq 6 (cursor was 6)\nthen delivered 0\n');
+  const rebuilt = await runExample('bootstrap.ts', { DATABASE_URL: db.url });
+  assert.equal(rebuilt, 'rebuilt through seq 6 (cursor was 6)\nthen delivered 0\n');
   const totals = await db.observer.query('SELECT customer, total::int AS total FROM order_totals ORDER BY customer');
   assert.deepEqual(totals.rows, [{ customer: 'ada', total: 70 }, { customer: 'bob', total: 24 }]);
 });
@@ -74,7 +69,7 @@ test('the README shows examples/consumer.sql verbatim, and psql runs it as shown
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // consumer.ts migrates, and leaves the cursor after seq 3
   const env = { ...process.env, DATABASE_URL: db.url };
   const cwd = new URL('.', root).pathname;
-  await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/consumer.ts', root).pathname], { env, cwd, timeout: 60_000 });
+  await runExample('consumer.ts', { DATABASE_URL: db.url });
   await db.observer.query(
     `INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', 'ada', '{"total": 7}'), ('orders', 'order.placed', 'cy', '{"total": 1}')`,
   );
@@ -94,14 +89,7 @@ test('the README shows examples/consumer.sql verbatim, and psql runs it as shown
 test('every example can be run again: outbox.ts twice, consumer.ts twice, bootstrap.ts twice', async (t) => {
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the examples migrate by themselves
-  const run = async (name: string) =>
-    (
-      await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL(`examples/${name}`, root).pathname], {
-        env: { ...process.env, DATABASE_URL: db.url },
-        cwd: new URL('.', root).pathname,
-        timeout: 60_000,
-      })
-    ).stdout;
+  const run = (name: string) => runExample(name, { DATABASE_URL: db.url });
   assert.equal(await run('outbox.ts'), 'appended seq 1\nadvanced: safe_seq = 1\n');
   assert.equal(await run('outbox.ts'), 'appended seq 2\nadvanced: safe_seq = 2\n', 'a second run places another order');
   const orders = await db.observer.query('SELECT count(DISTINCT id)::int AS n FROM orders');
@@ -118,14 +106,7 @@ test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verb
   const nats = await startNatsServer(t);
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
-  const run = async (name: string) =>
-    (
-      await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL(`examples/${name}`, root).pathname], {
-        env: { ...process.env, DATABASE_URL: db.url, NATS_URL: nats.url },
-        cwd: new URL('.', root).pathname,
-        timeout: 60_000,
-      })
-    ).stdout;
+  const run = (name: string) => runExample(name, { DATABASE_URL: db.url, NATS_URL: nats.url });
   assert.equal(await run('relay.ts'), 'relayed orders through seq 2\n');
   const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total": ${total}}\n`;
   assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7));
@@ -245,12 +226,7 @@ test('the README\'s relay walkthrough runs as written, command by command, again
   stoppedCleanly(await widenedDone);
   assert.equal(await run(lines[1]!), natsLine(1, 'orders', 42) + natsLine(2, 'orders', 7) + natsLine(4, 'orders', 1) + natsLine(5, 'payments', 6));
   // The TypeScript relay of the same destination goes on from the same cursors.
-  const example = await promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/relay.ts', root).pathname], {
-    env: { ...process.env, ...env },
-    cwd: new URL('.', root).pathname,
-    timeout: 60_000,
-  });
-  assert.equal(example.stdout, 'relayed orders through seq 7\n');
+  assert.equal(await runExample('relay.ts', env), 'relayed orders through seq 7\n');
   assert.equal(await run(lines[1]!), natsLine(1, 'orders', 42) + natsLine(2, 'orders', 7) + natsLine(4, 'orders', 1) + natsLine(5, 'payments', 6) + natsLine(6, 'orders', 42) + natsLine(7, 'orders', 7));
 
   // RabbitMQ: the consumer declares its queue, the relay fills it, the consumer reads it.
@@ -276,13 +252,8 @@ test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the rela
     await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
   }
   await new Watermarker(db.pool(), { owner: 'readme' }).step();
-  const consumer = () =>
-    promisify(execFile)(process.execPath, ['--import', 'tsx', new URL('examples/rabbitmq-consumer.ts', root).pathname], {
-      env: { ...process.env, AMQP_URL: amqp },
-      cwd: new URL('.', root).pathname,
-      timeout: 60_000,
-    });
-  assert.equal((await consumer()).stdout, '', 'the first run declares the queue; nothing was relayed yet');
+  const consumer = () => runExample('rabbitmq-consumer.ts', { AMQP_URL: amqp });
+  assert.equal(await consumer(), '', 'the first run declares the queue; nothing was relayed yet');
   const relay = startCli(['relay', '--database-url', db.url, '--to', amqp, '--consumer', 'to-rabbit', '--stream', 'orders', '--exchange', 'tidemark']);
   try {
     await waitFor('the relay to commit its cursor', async () => {
@@ -293,5 +264,5 @@ test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the rela
     relay.kill('SIGTERM');
   }
   assert.equal(await exited(relay), 0);
-  assert.equal((await consumer()).stdout, 'orders.order.placed tidemark:1: {"total": 42}\norders.order.placed tidemark:2: {"total": 7}\n');
+  assert.equal(await consumer(), 'orders.order.placed tidemark:1: {"total": 42}\norders.order.placed tidemark:2: {"total": 7}\n');
 });

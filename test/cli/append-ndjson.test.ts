@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { fenceKey } from '../../src/index.js';
-import { closeAdmin, testDb, waitForBlockedStatement } from '../support/db.js';
+import type { ChildProcess } from 'node:child_process';
+import { closeAdmin, testDb, waitForBlockedStatement, type Session, type TestDb } from '../support/db.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 
 after(closeAdmin);
@@ -16,6 +17,23 @@ const seqList = (from: number, to: number) => Array.from({ length: to - from + 1
 
 async function eventCount(db: Awaited<ReturnType<typeof testDb>>): Promise<number> {
   return (await db.observer.query('SELECT count(*)::int AS n FROM tidemark.events')).rows[0].n;
+}
+
+/**
+ * `append --ndjson --batch 2` with its first batch held at the fence (the
+ * exclusive side, held by a session of the test, stops its INSERT at the
+ * statement trigger): resolves once that INSERT waits there.
+ */
+async function appendHeldAtFence(db: TestDb, input: string): Promise<{ child: ChildProcess; stderr: ReturnType<typeof watchStderr>; fence: Session }> {
+  const fence = await db.session('fence');
+  await fence.query('BEGIN');
+  await fence.query('SELECT pg_advisory_xact_lock($1)', [fenceKey('tidemark').toString()]);
+  const child = startCli(['append', '--ndjson', '--batch', '2'], { env: { DATABASE_URL: db.url } });
+  db.defer(() => child.kill('SIGKILL'));
+  const stderr = watchStderr(child);
+  child.stdin!.write(input);
+  await waitForBlockedStatement(db.observer, 'INSERT INTO "tidemark".events');
+  return { child, stderr, fence };
 }
 
 test('append --ndjson: a bad line 601 after 600 good ones commits lines 1-500, says which seqs, writes nothing after, and exits 2', async (t) => {
@@ -70,17 +88,9 @@ test('an event PostgreSQL refuses (a site constraint) is named by its line; its 
 
 test('SIGTERM while a batch is being committed: the batch finishes, reading stops, stderr records what was committed', async (t) => {
   const db = await testDb(t);
-  // The exclusive side of the fence holds the CLI's INSERT at its statement trigger.
-  const fence = await db.session('fence');
-  await fence.query('BEGIN');
-  await fence.query('SELECT pg_advisory_xact_lock($1)', [fenceKey('tidemark').toString()]);
-  const child = startCli(['append', '--ndjson', '--batch', '2'], { env: { DATABASE_URL: db.url } });
-  db.defer(() => child.kill('SIGKILL'));
-  const stderr = watchStderr(child);
+  const { child, stderr, fence } = await appendHeldAtFence(db, `${event('a')}\n${event('b')}\n`);
   let stdout = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stdin!.write(`${event('a')}\n${event('b')}\n`);
-  await waitForBlockedStatement(db.observer, 'INSERT INTO "tidemark".events');
   child.kill('SIGTERM');
   await stderr.next(/SIGTERM: stopping once lines 1-2, being committed now, are\n/);
   await fence.query('COMMIT'); // the INSERT goes on
@@ -150,14 +160,7 @@ test('append --ndjson refuses a line that is not UTF-8, naming the line and the 
 
 test('a second signal while a batch is being committed exits at once with the whole line, naming the batch that may be half-done', async (t) => {
   const db = await testDb(t);
-  const fence = await db.session('fence');
-  await fence.query('BEGIN');
-  await fence.query('SELECT pg_advisory_xact_lock($1)', [fenceKey('tidemark').toString()]);
-  const child = startCli(['append', '--ndjson', '--batch', '2'], { env: { DATABASE_URL: db.url } });
-  db.defer(() => child.kill('SIGKILL'));
-  const stderr = watchStderr(child);
-  child.stdin!.write(`${event('a')}\n${event('b')}\n${event('c')}\n${event('d')}\n`);
-  await waitForBlockedStatement(db.observer, 'INSERT INTO "tidemark".events');
+  const { child, stderr, fence } = await appendHeldAtFence(db, `${event('a')}\n${event('b')}\n${event('c')}\n${event('d')}\n`);
   child.kill('SIGINT');
   await stderr.next(/SIGINT: stopping once lines 1-2, being committed now, are\n/);
   child.kill('SIGINT');
