@@ -219,7 +219,10 @@ test('the README\'s relay walkthrough runs as written, command by command, again
   const widened = shell(ours(lines[2]!), env);
   const widenedDone = finished(widened);
   t.after(() => killGroup(widened));
-  await waitFor('the payments cursor to start at the present', async () => (await cursor('to-nats', 'payments')) === '4');
+  // The two streams are relayed independently, so JetStream holds them in the order each was published:
+  // orders' seq 4 goes out before payments' seq 5 is written, which makes that order the order below.
+  await waitFor('the payments cursor to start at the present, and orders to be relayed through seq 4', async () =>
+    (await cursor('to-nats', 'payments')) === '4' && (await cursor('to-nats', 'orders')) === '4');
   await order('payments', 'p-2', 6); // seq 5
   await waitFor('both cursors to reach seq 5', async () => (await cursor('to-nats', 'orders')) === '4' && (await cursor('to-nats', 'payments')) === '5');
   ctrlC(widened);
