@@ -15,7 +15,8 @@ export type TidemarkErrorCode =
   | 'FENCE_BUSY'
   | 'CONNECTION_LOST'
   | 'SINK_FAILED'
-  | 'INEXACT_NUMBER';
+  | 'INEXACT_NUMBER'
+  | 'OWNER_IN_USE';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -51,6 +52,34 @@ export class InvalidEventError extends TidemarkError {
     super('INVALID_EVENT', `event[${index}].${field}: ${message}`);
     this.index = index;
     this.field = field;
+  }
+}
+
+/**
+ * Another live process holds the claim of this `owner` (the lease is an
+ * owner's, so two processes with one owner would both act as its holder).
+ * `step()` refuses at once; `run()` refuses once it has seen the other
+ * claim renewed (a claim left by a process that died expires within
+ * `leaseTtlMs + summaryIntervalMs`, and is then taken over). Nothing was
+ * run, and the other's lease is left alone (`close()` does not release it).
+ */
+export class OwnerInUseError extends TidemarkError {
+  /** The owner both instances were given. */
+  readonly owner: string;
+  /** The id (`host:pid:random`) of the process holding the claim. */
+  readonly holder: string;
+  /** When its claim expires unless renewed. */
+  readonly expiresAt: Date;
+
+  constructor(owner: string, holder: string, claimedAt: Date, expiresAt: Date) {
+    super(
+      'OWNER_IN_USE',
+      `owner ${JSON.stringify(owner)} is in use by another live watermarker (instance ${holder}, claimed since ${claimedAt.toISOString()}); ` +
+        'give each process its own owner, or stop the other',
+    );
+    this.owner = owner;
+    this.holder = holder;
+    this.expiresAt = expiresAt;
   }
 }
 

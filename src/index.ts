@@ -58,6 +58,7 @@ export {
   ConnectionLostError,
   SinkError,
   InexactNumberError,
+  OwnerInUseError,
   isRetryable,
 } from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

@@ -20,6 +20,7 @@ test('the public exports change only on purpose', () => {
     'MIN_RETENTION_MS',
     'NatsSink',
     'NoResponseError',
+    'OwnerInUseError',
     'Pruner',
     'RabbitMqSink',
     'Relay',

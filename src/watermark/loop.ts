@@ -3,6 +3,7 @@ import { quoteIdent, wakeChannel } from '../db/queryable.js';
 import { cancelBackend } from '../db/cancellable.js';
 import { withDeadline } from '../db/deadline.js';
 import type { ResolvedWatermarkerOptions } from './options.js';
+import { claimOwner, claimTtlMs, leaseSql, type LeaseSql, type OwnerClaim } from './lease.js';
 import type { RunEndReason, WakeCause, WatermarkRunSummary } from './progress.js';
 
 /** The application_name of the loop's connection, so operators can find it in pg_stat_activity. */
@@ -31,6 +32,9 @@ interface RunRow {
   oldest_pending_at: Date | null;
 }
 
+/** What one `runOnce` did: ran the loop, or was refused by another instance's live claim of the owner. */
+export type RunOnceResult = { summary: WatermarkRunSummary; refused?: undefined } | { summary?: undefined; refused: OwnerClaim };
+
 /**
  * One connection that runs `CALL run_watermarker(...)` again and again.
  * The session is set up for it once: a name in pg_stat_activity, READ
@@ -44,6 +48,7 @@ export class LoopConnection {
   private client: pg.PoolClient | undefined;
   private readonly call: (client: pg.PoolClient, resume: boolean) => string;
   private readonly channel: string;
+  private readonly lease: LeaseSql;
   /** A writer's wake-up arrived since the last run began. */
   private woken = false;
   /** Ends a `sleep()` under way, saying why. */
@@ -54,9 +59,12 @@ export class LoopConnection {
   constructor(
     private readonly pool: pg.Pool,
     private readonly options: ResolvedWatermarkerOptions,
+    /** This process's instance id: it claims the owner before each run. */
+    private readonly instance: string,
   ) {
     const o = options;
     this.channel = wakeChannel(o.schema);
+    this.lease = leaseSql(o.schema);
     this.call = (client, resume) =>
       `CALL ${quoteIdent(o.schema)}.run_watermarker(p_owner => ${client.escapeLiteral(o.owner)}, ` +
       `p_run_ms => ${o.summaryIntervalMs}, p_lease_ttl_ms => ${o.leaseTtlMs}, p_lease_renew_ms => ${o.leaseRenewMs}, ` +
@@ -66,11 +74,13 @@ export class LoopConnection {
   }
 
   /**
-   * Runs the loop once; on abort, cancels it on the server. Resolves with
-   * its summary. A run that does not answer within `summaryIntervalMs +
+   * Claims the owner (or renews the claim), then runs the loop once; on
+   * abort, cancels it on the server. Resolves with its summary, or with
+   * the claim of another live instance that refused this one (nothing
+   * run). A run that does not answer within `summaryIntervalMs +
    * responseTimeoutMs` has its connection destroyed (`NoResponseError`).
    */
-  async runOnce(signal: AbortSignal): Promise<WatermarkRunSummary> {
+  async runOnce(signal: AbortSignal): Promise<RunOnceResult> {
     signal.throwIfAborted();
     const o = this.options;
     const client = this.client ?? (await this.open());
@@ -81,15 +91,19 @@ export class LoopConnection {
     signal.addEventListener('abort', onAbort, { once: true });
     const started = performance.now();
     try {
-      // Pairs a server instant with a local one that precedes it: the
-      // lease's expiry measured from that server instant, added to the local
-      // one, can only undershoot the real expiry. (A procedure that commits
-      // cannot share a message with another statement, hence a statement
-      // of its own, one round trip.)
+      // The owner's claim, renewed before every run (and by the run's lease
+      // renewals): refused, nothing runs. Were it to lapse all the same (a
+      // run stalled past it), the fence refuses this session's writes once
+      // another process has claimed the owner. The same statement pairs a server instant with a
+      // local one that precedes it: the lease's expiry measured from that
+      // server instant, added to the local one, can only undershoot the
+      // real expiry. (A procedure that commits cannot share a message with
+      // another statement, hence a statement of its own, one round trip.)
       const sentAt = Date.now();
-      const clock = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
-        client.query<{ now: Date }>('SELECT pg_catalog.statement_timestamp() AS now'),
+      const claim = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
+        claimOwner(client, this.lease, o.owner, this.instance, claimTtlMs(o)),
       );
+      if (!claim.claimed) return { refused: claim };
       // Wake-ups that arrived before now are answered by this run's own
       // looks; those that arrive during it are delivered when it returns.
       this.woken = false;
@@ -101,7 +115,7 @@ export class LoopConnection {
       );
       const row = result.rows[0]!;
       this.asleep = row.reason === 'asleep';
-      return toSummary(row, performance.now() - started, leaderUntil(row.leader, row.lease_expires_at, clock.rows[0]!.now, sentAt));
+      return { summary: toSummary(row, performance.now() - started, leaderUntil(row.leader, row.lease_expires_at, claim.now, sentAt)) };
     } catch (err) {
       this.destroy(err);
       throw err;
@@ -162,6 +176,8 @@ export class LoopConnection {
         client.query(
           `SET application_name = '${LOOP_APPLICATION_NAME}'; SET default_transaction_isolation = 'read committed'; ` +
             `SET statement_timeout = ${this.options.summaryIntervalMs + 30_000}; SET lock_timeout = ${LOOP_LOCK_TIMEOUT_MS}; ` +
+            // Names this process to the owner-claim fence: its writes of the watermark row fail while another live process claims the owner.
+            `SELECT pg_catalog.set_config('tidemark.instance', ${client.escapeLiteral(this.instance)}, false); ` +
             `SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false) ` +
             `WHERE pg_catalog.current_setting('server_version_num')::int >= 140000; ` +
             `LISTEN ${quoteIdent(this.channel)}`,

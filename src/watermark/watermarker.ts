@@ -1,14 +1,16 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
-import { ClosedError } from '../errors.js';
+import { ClosedError, OwnerInUseError, sqlState } from '../errors.js';
 import { poolOption } from '../options.js';
 import { cancellableQuery } from '../db/cancellable.js';
 import { quoteIdent } from '../db/queryable.js';
-import { acquireLease, leaseSql, type LeaseSql } from './lease.js';
+import { acquireLease, claimOwner, claimTtlMs, leaseSql, type LeaseSql, type OwnerClaim } from './lease.js';
 import { leaderUntil, LoopConnection } from './loop.js';
 import { boundedQuery, withDeadline } from '../db/deadline.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
-import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress } from './progress.js';
+import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress, WatermarkRunSummary } from './progress.js';
 import { notifyObserver, reportError } from '../observability/callbacks.js';
 
 interface StepRow {
@@ -55,6 +57,13 @@ export interface StepOptions {
 export class Watermarker {
   /** The validated, frozen options in force. */
   readonly options: ResolvedWatermarkerOptions;
+  /**
+   * This process's id, `host:pid:random`, the same for every Watermarker
+   * of the process. It claims `options.owner` under it before it runs the
+   * loop or takes the lease: one live process per owner (another one is
+   * refused with `OwnerInUseError`).
+   */
+  readonly instance = PROCESS_INSTANCE;
   private readonly pool: pg.Pool;
   private readonly lease: LeaseSql;
   private readonly sql: { step: string; beat: string };
@@ -104,10 +113,25 @@ export class Watermarker {
     const o = this.options;
     if (!this.leader || Date.now() >= this.renewDueAt) {
       const bounded = { query: (text: string, values?: unknown[]) => boundedQuery(this.pool, o.responseTimeoutMs, 'the watermarker lease', text, values) };
-      this.leader = await acquireLease(bounded, this.lease, o.owner, o.leaseTtlMs);
+      const claim = await claimOwner(bounded, this.lease, o.owner, this.instance, claimTtlMs(o));
+      if (!claim.claimed) {
+        this.leader = false;
+        this.leaderUntil = null;
+        throw ownerInUse(o.owner, claim);
+      }
+      this.leader = await acquireLease(bounded, this.lease, o.owner, this.instance, o.leaseTtlMs);
       if (this.leader) this.renewDueAt = Date.now() + o.leaseRenewMs;
     }
-    const progress = this.fromRow(await this.stepOnce());
+    const row = await this.stepOnce().catch((err: unknown) => {
+      // The fence (55006): another process claimed the owner since this one
+      // did. The next step claims again, and is refused.
+      if (sqlState(err) === '55006') {
+        this.leader = false;
+        this.leaderUntil = null;
+      }
+      throw err;
+    });
+    const progress = this.fromRow(row);
     this.emit({ type: 'step', progress: { ...progress } });
     progress.heartbeat = await this.heartbeat(
       { leader: progress.leader, outcome: progress.outcome, safeSeq: progress.safeSeq.toString(), pending: progress.pending },
@@ -128,31 +152,50 @@ export class Watermarker {
    * so a standby can take over. On abort it cancels the running loop on the
    * server and resolves (it does not reject). Holds one pooled connection
    * while it runs; call `close()` afterwards to release the lease.
+   *
+   * Before each run it claims its owner (see `instance`). Another
+   * instance's claim refuses it: it waits, and takes the claim over once
+   * that expires (the other process died, e.g. this one's predecessor),
+   * but rejects with `OwnerInUseError` as soon as it sees the other claim
+   * renewed (a live process has the same owner), within `leaseRenewMs`.
    */
   async run(signal: AbortSignal): Promise<void> {
     if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
-    const loop = new LoopConnection(this.pool, o);
+    const loop = new LoopConnection(this.pool, o, this.instance);
     let retryMs = o.retryMinMs;
+    /**
+     * The other process's claim that refused this one: as first seen, and
+     * as seen once a run that process's client left behind has surely
+     * ended on the server (its deadline, or the 1 s connection check),
+     * since such a run still extends the claim.
+     */
+    let refusedBy: { first: OwnerClaim; settledAt: number; settled?: OwnerClaim } | undefined;
+    let inUse: OwnerInUseError | undefined;
     try {
       while (!signal.aborted && !this.closed) {
         let pauseMs = 0;
         try {
-          const summary = await loop.runOnce(signal);
-          // Asleep, the next run is due this long after the return, whatever the heartbeat takes.
-          const wakeBy = performance.now() + o.summaryIntervalMs;
-          retryMs = o.retryMinMs;
-          // close() released the lease while this summary was on its way: it no longer holds.
-          if (this.closed) Object.assign(summary, { leader: false, leaderUntil: null });
-          this.leader = summary.leader;
-          this.leaderUntil = summary.leaderUntil;
-          this.emit({ type: 'run', summary });
-          await this.heartbeat({ leader: summary.leader, reason: summary.reason, safeSeq: summary.safeSeq.toString(), steps: summary.steps }, signal);
-          if (summary.reason === 'released' || summary.reason === 'lease_lost') pauseMs = o.leaseRenewMs;
-          if (summary.reason === 'asleep' && !this.closed) {
-            const sleptAt = performance.now();
-            const cause = await loop.sleep(signal, wakeBy);
-            if (!signal.aborted) this.emit({ type: 'wake', cause, sleptMs: performance.now() - sleptAt });
+          const result = await loop.runOnce(signal);
+          if (result.refused) {
+            const other = result.refused;
+            this.leader = false;
+            this.leaderUntil = null;
+            if (refusedBy?.first.instance !== other.instance) {
+              refusedBy = { first: other, settledAt: performance.now() + o.summaryIntervalMs + 1000 };
+            } else if (refusedBy.settled === undefined) {
+              if (performance.now() >= refusedBy.settledAt) refusedBy.settled = other;
+            } else if (other.expiresAt.getTime() > refusedBy.settled.expiresAt.getTime()) {
+              // Renewed since: the other process lives.
+              inUse = ownerInUse(o.owner, other);
+              break;
+            }
+            // Until the claim expires, or the other instance has had time to renew it.
+            pauseMs = Math.min(o.leaseRenewMs, Math.max(10, other.expiresAt.getTime() - other.now.getTime() + 10));
+          } else {
+            refusedBy = undefined;
+            pauseMs = await this.afterRun(result.summary, loop, signal);
+            retryMs = o.retryMinMs;
           }
         } catch (err) {
           if (signal.aborted) break;
@@ -170,6 +213,28 @@ export class Watermarker {
       this.leader = false;
       this.leaderUntil = null;
     }
+    // close() came while a run was starting: that run may have claimed the
+    // owner and taken the lease after close() gave them up.
+    if (this.closed && !inUse) await this.release().catch((err: unknown) => this.report(err));
+    if (inUse) throw inUse;
+  }
+
+  /** Reports a run, and sleeps after one that ended asleep. Returns the pause before the next run. */
+  private async afterRun(summary: WatermarkRunSummary, loop: LoopConnection, signal: AbortSignal): Promise<number> {
+    // Asleep, the next run is due this long after the return, whatever the heartbeat takes.
+    const wakeBy = performance.now() + this.options.summaryIntervalMs;
+    // close() released the lease while this summary was on its way: it no longer holds.
+    if (this.closed) Object.assign(summary, { leader: false, leaderUntil: null });
+    this.leader = summary.leader;
+    this.leaderUntil = summary.leaderUntil;
+    this.emit({ type: 'run', summary });
+    await this.heartbeat({ leader: summary.leader, reason: summary.reason, safeSeq: summary.safeSeq.toString(), steps: summary.steps }, signal);
+    if (summary.reason === 'asleep' && !this.closed) {
+      const sleptAt = performance.now();
+      const cause = await loop.sleep(signal, wakeBy);
+      if (!signal.aborted) this.emit({ type: 'wake', cause, sleptMs: performance.now() - sleptAt });
+    }
+    return summary.reason === 'released' || summary.reason === 'lease_lost' ? this.options.leaseRenewMs : 0;
   }
 
   /**
@@ -183,7 +248,12 @@ export class Watermarker {
     this.closed = true;
     this.leader = false;
     this.leaderUntil = null;
-    await boundedQuery(this.pool, this.options.responseTimeoutMs, 'the watermarker lease', this.lease.release, [this.options.owner]);
+    await this.release();
+  }
+
+  /** Gives up this process's claim of the owner and the owner's lease; leaves both when another process claims the owner. */
+  private async release(): Promise<void> {
+    await boundedQuery(this.pool, this.options.responseTimeoutMs, 'the watermarker lease', this.lease.release, [this.options.owner, this.instance]);
   }
 
   /**
@@ -208,6 +278,7 @@ export class Watermarker {
       // transaction is rolled back below instead of committed with the step.
       const text =
         `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; ${OPEN_TRANSACTION_CHECK}; ` +
+        `SELECT pg_catalog.set_config('tidemark.instance', ${client.escapeLiteral(this.instance)}, true); ` +
         `SELECT s.*, extract(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp())::float8 * 1000::float8 AS step_ms, ` +
         `pg_catalog.statement_timestamp() AS received_at ` +
         `FROM ${this.sql.step}(${client.escapeLiteral(o.owner)}, ${o.synchronousCommit}, ${o.tryLockFirst}) s; COMMIT`;
@@ -215,7 +286,7 @@ export class Watermarker {
       // The step waits at most 200 ms for the watermark row, on top of which
       // the server must answer within responseTimeoutMs.
       const results = (await withDeadline(client, 200 + o.responseTimeoutMs, 'the watermark step', () => client.query(text))) as unknown as pg.QueryResult<StepRow>[];
-      const row = results[2]!.rows[0]!; // BEGIN, check, step, COMMIT
+      const row = results[3]!.rows[0]!; // BEGIN, check, instance, step, COMMIT
       return { ...row, sentAt };
     } catch (err) {
       await client.query('ROLLBACK').catch((rollbackErr: Error) => (broken = rollbackErr));
@@ -271,6 +342,13 @@ export class Watermarker {
   private report(err: unknown): void {
     reportError(this.options.onError, err);
   }
+}
+
+/** This process's instance id (docs/PROTOCOL.md section 4, "Owner claim"). */
+const PROCESS_INSTANCE = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+
+function ownerInUse(owner: string, claim: OwnerClaim): OwnerInUseError {
+  return new OwnerInUseError(owner, claim.instance, claim.claimedAt, claim.expiresAt);
 }
 
 const OPEN_TRANSACTION_CHECK =

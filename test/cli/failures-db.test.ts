@@ -71,3 +71,10 @@ test('serve --http on an address that cannot be bound: one line, exit 2', async 
   const r = await cli(['serve', '--roles', 'pruner', '--http', '1.2.3.4:9464', '--database-url', db.url]);
   assertOneLine(r, USAGE, /--http: cannot listen on 1\.2\.3\.4:9464: /, 'unbindable --http');
 });
+
+test('serve against a schema of an older version (no owner_claims yet): one line at start, exit 2, not a retry loop', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query('DROP TABLE tidemark.owner_claims'); // what schema version 8 lacks
+  const serve = await cli(['serve', '--roles', 'watermarker', '--database-url', db.url]);
+  assertOneLine(serve, USAGE, /schema "tidemark" in .* is not migrated \(relation "tidemark\.owner_claims" does not exist\); run `tidemark migrate` against this database first/, 'serve, version 8');
+});

@@ -215,3 +215,27 @@ test('serve: a terminated loop backend is reconnected by itself, and a removed f
   assert.equal(await exited(child), 0, stderr.text());
   assert.equal((await lease(db)).owner, null);
 });
+
+test('a second serve with a live serve\'s --owner exits 2 in one line and leaves the first one\'s lease; once the first is gone the owner runs again', async (t) => {
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url };
+  const first = startCli(['serve', '--roles', 'watermarker', '--owner', 'same', '--lease-ttl', '3s'], { env });
+  t.after(() => first.kill('SIGKILL'));
+  await watchStderr(first).next(/running watermarker as same/);
+  await waitFor('the first to hold the lease', async () => (await lease(db)).owner === 'same');
+
+  const second = await cli(['serve', '--roles', 'watermarker', '--owner', 'same', '--lease-ttl', '3s'], { env });
+  assert.equal(second.code, 2, second.stderr);
+  const lines = second.stderr.split('\n').filter(Boolean);
+  assert.match(lines.at(-1)!, /^tidemark: --owner: owner "same" is in use by another live watermarker \(instance [^ ]+:\d+:[0-9a-f]{8}, claimed since \S+\); give each process its own owner, or stop the other$/);
+  assert.equal((await lease(db)).owner, 'same', 'the first one keeps its lease: the refused one did not release it');
+  assert.equal(first.exitCode, null, 'the first one runs on');
+
+  first.kill('SIGTERM');
+  assert.equal(await exited(first), 0);
+  const again = startCli(['serve', '--roles', 'watermarker', '--owner', 'same', '--lease-ttl', '3s'], { env });
+  t.after(() => again.kill('SIGKILL'));
+  await waitFor('the owner to lead again', async () => (await lease(db)).owner === 'same');
+  again.kill('SIGTERM');
+  assert.equal(await exited(again), 0);
+});

@@ -91,6 +91,8 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   // retried by the roles, as while running.
   try {
     await db.pool.query(`SELECT safe_seq FROM ${quoteIdent(options.schema)}.watermark`);
+    // The newest object the watermarker needs (schema version 9): an older schema is "not migrated".
+    if (roles.has('watermarker')) await db.pool.query(`SELECT 1 FROM ${quoteIdent(options.schema)}.owner_claims LIMIT 0`);
   } catch (err) {
     if (!isRetryable(err) && sqlState(err) !== '55000') {
       await db.close();
@@ -265,7 +267,13 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     log(`relay stopped: ${oneLine(err)}`);
     stopping();
   });
-  const running = [watermarker?.run(stop.signal), pruner?.run(stop.signal), relayRun].filter(Boolean);
+  // The watermarker refuses to run beside a live process with its owner
+  // (OwnerInUseError, exit 2); it retries everything else by itself.
+  const watermarkerRun = watermarker?.run(stop.signal).catch((err: unknown) => {
+    fatal = { error: err }; // its one line is the exit's
+    stopping();
+  });
+  const running = [watermarkerRun, pruner?.run(stop.signal), relayRun].filter(Boolean);
   log(`running ${[...roles].join(', ')}${watermarker ? ` as ${watermarker.options.owner}` : ''}`);
   const onSignal = (signal: string) => {
     log(`${signal}: stopping`);
