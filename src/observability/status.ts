@@ -31,6 +31,14 @@ export interface TidemarkStatus {
    * whatever waits.
    */
   blockingWritersVisible: boolean;
+  /**
+   * False when this role may not read streams and horizons (a writer role,
+   * which may read events' seqs and the watermark only): `streams` is then
+   * empty.
+   */
+  streamsVisible: boolean;
+  /** False when this role may not read cursors (a writer role): `consumers` is then empty. */
+  consumersVisible: boolean;
   /** Per stream: events present (0 when `streamCounts` is false), greatest seq present, and the retention horizon. */
   streams: { stream: string; events: bigint; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
   /** Per cursor: position, pending events below safe_seq (counted up to 1,000,000), resyncs. */
@@ -78,6 +86,19 @@ export interface ReadStatusOptions {
 const big = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
 
 /**
+ * The rows of a read this role may not be allowed: none, and `visible`
+ * false, when it is refused for want of a privilege (42501).
+ */
+async function ifVisible<R>(db: Queryable, text: string, values?: unknown[]): Promise<{ rows: R[]; visible: boolean }> {
+  try {
+    return { rows: (await db.query(text, values)).rows as R[], visible: true };
+  } catch (err) {
+    if (sqlState(err) !== '42501') throw err;
+    return { rows: [], visible: false };
+  }
+}
+
+/**
  * Reads the watermark, lease, blocking writers, streams, horizons and
  * cursors of `schema` (four statements; the figures are not from one
  * snapshot). Throws {@link InvalidOptionsError} for an option it does not know.
@@ -97,20 +118,17 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
   const maxSeq = big(head.max_seq);
   const lagEvents = maxSeq !== null && maxSeq > safeSeq ? maxSeq - safeSeq : 0n;
   const counts = options.streamCounts ?? true;
-  const streams = (await db.query(
+  // Each role reads what it may: a writer the watermark and seqs, a
+  // consumer also streams and its own cursors, the owner everything.
+  const streams = await ifVisible<{ stream: string; events: string; max_seq: string | null; pruned: string }>(
+    db,
     counts
       ? `SELECT coalesce(e.stream, h.stream) AS stream, coalesce(e.n, 0)::text AS events, e.max_seq::text, coalesce(h.pruned_through_seq, 0)::text AS pruned
            FROM (SELECT stream, count(*) AS n, max(seq) AS max_seq FROM ${s}.events GROUP BY stream) e
            FULL JOIN ${s}.horizons h ON h.stream = e.stream ORDER BY 1`
       : `SELECT stream, '0' AS events, NULL::text AS max_seq, pruned_through_seq::text AS pruned FROM ${s}.horizons ORDER BY 1`,
-  )).rows as { stream: string; events: string; max_seq: string | null; pruned: string }[];
-  // A consumer role may read what a page reads, not which sessions hold safe_seq back.
-  let blockingWritersVisible = true;
-  const blocking = (await db.query(`SELECT * FROM ${s}.blocking_writers()`).catch((err: unknown) => {
-    if (sqlState(err) !== '42501') throw err;
-    blockingWritersVisible = false;
-    return { rows: [] };
-  })).rows as {
+  );
+  const blocking = await ifVisible<{
     pid: number | null;
     virtualtransaction: string;
     application_name: string | null;
@@ -122,14 +140,15 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
     prepared_gid: string | null;
     pending_seq: string;
     waiting_since: Date;
-  }[];
-  const consumers = (await db.query(
+  }>(db, `SELECT * FROM ${s}.blocking_writers()`);
+  const consumers = await ifVisible<{ consumer: string; stream: string; seq: string; updated_at: Date; resync_count: number; last_resync_at: Date | null; lag: number }>(
+    db,
     `SELECT c.consumer, c.stream, c.seq::text, c.updated_at, c.resync_count, c.last_resync_at,
             (SELECT count(*) FROM (SELECT 1 FROM ${s}.events e
               WHERE e.stream = c.stream AND e.seq > c.seq AND e.seq <= $1::bigint LIMIT 1000000) p)::int AS lag
        FROM ${s}.cursors c ORDER BY c.consumer, c.stream`,
     [head.safe_seq],
-  )).rows as { consumer: string; stream: string; seq: string; updated_at: Date; resync_count: number; last_resync_at: Date | null; lag: number }[];
+  );
   return {
     schema,
     safeSeq,
@@ -138,7 +157,7 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
     lagSeconds: lagEvents > 0n ? head.age : 0,
     watermarkUpdatedAt: head.updated_at,
     lease: { owner: head.lease_owner, expiresAt: head.lease_expires_at, live: head.live },
-    blockingWriters: blocking.map((b) => ({
+    blockingWriters: blocking.rows.map((b) => ({
       pid: b.pid,
       virtualTransaction: b.virtualtransaction,
       applicationName: b.application_name,
@@ -151,9 +170,11 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
       pendingSeq: BigInt(b.pending_seq),
       waitingSince: b.waiting_since,
     })),
-    blockingWritersVisible,
-    streams: streams.map((r) => ({ stream: r.stream, events: BigInt(r.events), maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
-    consumers: consumers.map((r) => ({
+    blockingWritersVisible: blocking.visible,
+    streamsVisible: streams.visible,
+    consumersVisible: consumers.visible,
+    streams: streams.rows.map((r) => ({ stream: r.stream, events: BigInt(r.events), maxSeq: big(r.max_seq), prunedThroughSeq: BigInt(r.pruned) })),
+    consumers: consumers.rows.map((r) => ({
       consumer: r.consumer,
       stream: r.stream,
       seq: BigInt(r.seq),

@@ -22,7 +22,7 @@ test('concurrent migrate calls on a new schema all succeed and apply each file o
   const results = await Promise.all(Array.from({ length: 6 }, () => migrate(pool, { schema: 'tm_other' })));
   const applied = results.flatMap((r) => r.applied.map((m) => m.id));
   const all = await loadMigrations('tm_other');
-  assert.deepEqual(applied.sort(), all.map((m) => m.id));
+  assert.deepEqual(applied.sort((a, b) => a - b), all.map((m) => m.id));
   const history = await db.observer.query('SELECT id, name FROM tm_other.tidemark_migrations ORDER BY id');
   assert.deepEqual(history.rows.map((r) => r.id), all.map((m) => m.id));
   // The new schema works on its own fence: an insert gets a seq.

@@ -3,7 +3,7 @@ import { after, test, type TestContext } from 'node:test';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import { from as copyFrom } from 'pg-copy-streams';
-import { append, StreamClient, Watermarker } from '../../src/index.js';
+import { append, loadMigrations, migrate, StreamClient, Watermarker } from '../../src/index.js';
 import { closeAdmin, testDb, testRole, type TestDb } from '../support/db.js';
 import { cli } from '../support/cli.js';
 
@@ -153,4 +153,66 @@ test('status as a consumer role shows what that role may read; the writers safe_
   assert.equal(status.blockingWritersVisible, false);
   assert.equal(status.maxSeq, '1');
   assert.deepEqual(status.consumers.map((c) => c.consumer), ['c'], 'only the cursors it may use');
+});
+
+test('status as a writer role shows the watermark, the lease and the greatest seq; streams, cursors and writers are others\' to see', async (t) => {
+  const db = await testDb(t);
+  const role = testRole(t, 'tm_status_writer');
+  await db.observer.query(`CREATE ROLE ${role} LOGIN PASSWORD 'status-pw'`);
+  await db.observer.query(`SELECT tidemark.grant_writer($1)`, [role]);
+  await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key) VALUES ('s', 'k', 'x'), ('s', 'k', 'y')`);
+  await db.observer.query(`UPDATE tidemark.watermark SET safe_seq = 1`);
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's')`);
+  const url = new URL(db.url);
+  url.username = role;
+  url.password = 'status-pw';
+  const text = await cli(['status', '--database-url', url.toString()]);
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(text.stdout, /^safe_seq +1$/m);
+  assert.match(text.stdout, /^max seq +2$/m);
+  assert.match(text.stdout, /^lag +1 events/m);
+  assert.match(text.stdout, /^the writers safe_seq may wait for: visible to the schema owner only$/m);
+  assert.match(text.stdout, /^streams: visible to the schema owner and consumer roles only$/m);
+  assert.match(text.stdout, /^consumers: visible to the schema owner and consumer roles only$/m);
+  const json = await cli(['status', '--json', '--database-url', url.toString()]);
+  assert.equal(json.code, 0, json.stderr);
+  const status = JSON.parse(json.stdout) as Record<string, unknown>;
+  assert.equal(status.safeSeq, '1');
+  assert.equal(status.maxSeq, '2');
+  assert.deepEqual(
+    [status.blockingWritersVisible, status.streamsVisible, status.consumersVisible, status.streams, status.consumers],
+    [false, false, false, [], []],
+  );
+
+  // Still nothing of an event's content, nor of the lease's candidates.
+  const writer = db.pool({ options: `-c role=${role}` });
+  await assert.rejects(writer.query(`SELECT stream FROM tidemark.events`), denied);
+  await assert.rejects(writer.query(`SELECT * FROM tidemark.watermark`), denied);
+});
+
+test('a writer role granted before schema version 10 may read the watermark after the upgrade', async (t) => {
+  const db = await testDb(t);
+  const role = testRole(t, 'tm_old_writer');
+  const inheritor = testRole(t, 'tm_old_writer_app');
+  await db.observer.query('DROP SCHEMA tidemark CASCADE');
+  await db.observer.query('CREATE SCHEMA tidemark');
+  await db.observer.query(`CREATE TABLE tidemark.tidemark_migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const m of (await loadMigrations()).filter((m) => m.id <= 9)) {
+    await db.observer.query(m.sql);
+    await db.observer.query(`INSERT INTO tidemark.tidemark_migrations (id, name) VALUES ($1, $2)`, [m.id, m.name]);
+  }
+  await db.observer.query(`SELECT tidemark.grant_writer($1)`, [role]);
+  await db.observer.query(`CREATE ROLE ${inheritor} NOLOGIN IN ROLE ${role}`);
+  const writer = db.pool({ options: `-c role=${role}` });
+  await assert.rejects(writer.query(`SELECT safe_seq FROM tidemark.watermark`), denied, 'version 9 grants no watermark');
+
+  const { applied } = await migrate(db.pool({ max: 1 }));
+  assert.deepEqual(applied.map((m) => m.name), ['0010_writer_status.sql']);
+  assert.deepEqual((await writer.query(`SELECT safe_seq FROM tidemark.watermark`)).rows, [{ safe_seq: '0' }]);
+  const direct = await db.observer.query<{ grantee: string }>(
+    `SELECT DISTINCT grantee::text FROM information_schema.column_privileges
+      WHERE table_schema = 'tidemark' AND table_name = 'watermark' AND privilege_type = 'SELECT' AND grantee IN ($1, $2)`,
+    [role, inheritor],
+  );
+  assert.deepEqual(direct.rows, [{ grantee: role }], 'the role grant_writer named, not the roles that inherit from it');
 });

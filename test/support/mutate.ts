@@ -92,6 +92,22 @@ const MUTANTS: Mutant[] = [
     tests: ['watermark/owner-claim'],
   },
   {
+    id: 'writer-status-no-grant',
+    what: 'grant_writer: no read of the watermark, so status is refused for a writer role',
+    file: 'sql/migrations/0010_writer_status.sql',
+    find: "  EXECUTE pg_catalog.format('GRANT SELECT (safe_seq, updated_at, lease_owner, lease_expires_at) ON {{schema}}.watermark TO %I', p_role);\n",
+    replace: '',
+    tests: ['schema/roles'],
+  },
+  {
+    id: 'writer-status-upgrade-inherited',
+    what: 'migration 10: grant the watermark to every role that may insert a payload, inherited or not',
+    file: 'sql/migrations/0010_writer_status.sql',
+    find: "       AND x.privilege_type = 'INSERT'\n",
+    replace: "       AND x.privilege_type = 'INSERT'\n    UNION SELECT r2.rolname FROM pg_catalog.pg_roles r2 WHERE pg_catalog.has_column_privilege(r2.oid, '{{schema}}.events'::pg_catalog.regclass, 'payload', 'INSERT') AND NOT r2.rolsuper\n",
+    tests: ['schema/roles'],
+  },
+  {
     id: 'cursor-admin-no-lock',
     what: 'cursor set/delete: move a cursor a consumer holds',
     file: 'src/consumer/cursors.ts',

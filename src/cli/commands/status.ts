@@ -31,6 +31,23 @@ function blockingLines(s: TidemarkStatus): string[] {
   ];
 }
 
+/** The streams with their horizons, or why this role sees none. */
+function streamsTable(s: TidemarkStatus): string {
+  if (!s.streamsVisible) return 'streams: visible to the schema owner and consumer roles only';
+  if (s.streams.length === 0) return '(no streams)';
+  return table(['stream', 'events', 'max seq', 'pruned through'], s.streams.map((r) => [r.stream, String(r.events), String(r.maxSeq ?? '-'), String(r.prunedThroughSeq)]));
+}
+
+/** The cursors this role may see, or why it sees none. */
+function consumersTable(s: TidemarkStatus): string {
+  if (!s.consumersVisible) return 'consumers: visible to the schema owner and consumer roles only';
+  if (s.consumers.length === 0) return '(no consumers)';
+  return table(
+    ['consumer', 'stream', 'cursor', 'lag', 'resyncs', 'updated'],
+    s.consumers.map((c) => [c.consumer, c.stream, String(c.seq), String(c.lagEvents), String(c.resyncCount), c.updatedAt.toISOString()]),
+  );
+}
+
 /** Renders a status as the readable report `tidemark status` prints. */
 export function renderStatus(s: TidemarkStatus): string {
   const lease = s.lease.owner ? `${s.lease.owner} (${s.lease.live ? `until ${s.lease.expiresAt!.toISOString()}` : 'expired'})` : 'none';
@@ -42,16 +59,9 @@ export function renderStatus(s: TidemarkStatus): string {
     `lease      ${lease}`,
     '',
     ...blockingLines(s),
-    s.streams.length
-      ? table(['stream', 'events', 'max seq', 'pruned through'], s.streams.map((r) => [r.stream, String(r.events), String(r.maxSeq ?? '-'), String(r.prunedThroughSeq)]))
-      : '(no streams)',
+    streamsTable(s),
     '',
-    s.consumers.length
-      ? table(
-          ['consumer', 'stream', 'cursor', 'lag', 'resyncs', 'updated'],
-          s.consumers.map((c) => [c.consumer, c.stream, String(c.seq), String(c.lagEvents), String(c.resyncCount), c.updatedAt.toISOString()]),
-        )
-      : '(no consumers)',
+    consumersTable(s),
   ];
   return out.join('\n');
 }
