@@ -21,6 +21,23 @@ export interface LoadProfile {
   onCommit?: (events: BenchEvent[], atMs: number) => void;
   /** Use these instead of the contender's writers (a plain INSERT, say). */
   writer?: (url: string) => Promise<Writer>;
+  /**
+   * Awaited once the writers are connected, before the clock starts: loads
+   * that share one (from {@link startTogether}) start at one instant.
+   */
+  ready?: () => Promise<void>;
+}
+
+/** An arrival for each of `parties` loads; each resolves once all have arrived. */
+export function startTogether(parties: number): () => Promise<void> {
+  let arrived = 0;
+  let open!: () => void;
+  const all = new Promise<void>((resolve) => (open = resolve));
+  return () => {
+    arrived += 1;
+    if (arrived === parties) open();
+    return all;
+  };
 }
 
 export interface LoadResult {
@@ -61,6 +78,7 @@ export async function runLoad(contender: Contender, url: string, profile: LoadPr
   const result: LoadResult = { committedTx: 0, committedEvents: 0, rolledBack: 0, errors: 0, elapsedMs: 0, latency: new Histogram() };
   const make = profile.writer ?? ((u: string) => contender.writer(u));
   const writers = await Promise.all(Array.from({ length: profile.writers }, () => make(url)));
+  await profile.ready?.();
   const start = performance.now();
   const end = start + profile.durationMs;
   const interval = profile.txPerSec ? 1000 / profile.txPerSec : 0;
