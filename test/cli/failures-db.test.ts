@@ -54,6 +54,23 @@ test('a missing database, a wrong password and an unmigrated schema: one line ea
   const denied = await cli(['status', '--database-url', wrong]);
   assertOneLine(denied, DATABASE, /password authentication failed for user "\w+" at .*; check the password/, 'wrong password');
   assert.doesNotMatch(denied.stderr, /not-the-password/);
+  // A refused login is permanent: serve, tail and the relay exit at once (the test's timeout ends a retry loop).
+  const noPassword = withUrl(db.url, (u) => (u.password = ''));
+  const [serveDenied, tailDenied, relayDenied, serveNoPassword, statusNoPassword] = await Promise.all([
+    cli(['serve', '--database-url', wrong]),
+    cli(['tail', '--consumer', 'c', '--stream', 's', '--database-url', wrong]),
+    cli(['relay', '--to', 'nats://127.0.0.1:1', '--consumer', 'r', '--stream', 's', '--database-url', wrong]),
+    cli(['serve', '--database-url', noPassword]),
+    cli(['status', '--database-url', noPassword]),
+  ]);
+  assertOneLine(serveDenied, DATABASE, /password authentication failed/, 'serve, wrong password');
+  assertOneLine(tailDenied, DATABASE, /password authentication failed/, 'tail, wrong password');
+  assertOneLine(relayDenied, DATABASE, /password authentication failed/, 'relay, wrong password');
+  // The server asks for a password and none was given (SCRAM or md5): said so, not node-postgres' "client password must be a string".
+  for (const [r, what] of [[serveNoPassword, 'serve'], [statusNoPassword, 'status']] as const) {
+    assertOneLine(r, DATABASE, /password/, `${what}, no password`);
+    assert.doesNotMatch(r.stderr, /must be a string/, `${what}, no password`);
+  }
 });
 
 test('an invalid event exits 2 with one line, from flags or from NDJSON', async (t) => {

@@ -429,6 +429,8 @@ test('SIGKILLed over and over while writers commit, the relay CLI loses no event
     }
     assert.ok(alive(child), `the relay is still running at kill ${kill + 1}:\n${log.text()}`);
     if (/relay: publishing to/.test(log.text())) kinds.afterOpen += 1;
+    // The command names itself once: `tidemark relay: publishing to ...`, never `relay: relay:`.
+    assert.doesNotMatch(log.text(), /relay: relay:/, `a doubled prefix:\n${log.text()}`);
     retried += log.text().split('\n').filter((line) => line.includes('; retrying in ')).length;
     child.kill('SIGKILL');
     assert.equal(await exited(child), 'SIGKILL');
@@ -471,6 +473,7 @@ test('SIGKILLed over and over while writers commit, the relay CLI loses no event
     assert.equal(await cursor(db, 'relay', stream), seqs.at(-1));
     report.push(`${stream}: ${seqs.length} events, ${check.duplicates} duplicate copies in ${check.rewinds} republished runs`);
   }
+  assert.ok(kinds.afterOpen > 0, 'some relay logged its sink open (so the prefix check above saw a line)');
   t.diagnostic(`seed ${seed}: ${KILLS} kills (${kinds.delay} at a random instant, ${kinds.published} after new messages; ${kinds.afterOpen} after the sink opened)`);
   t.diagnostic(
     `rounds ${Math.round(Math.min(...rounds))}-${Math.round(Math.max(...rounds))} ms (mean ${Math.round(rounds.reduce((a, b) => a + b, 0) / rounds.length)}); ` +
