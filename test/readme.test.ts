@@ -6,6 +6,8 @@ import { promisify } from 'node:util';
 import { closeAdmin, testDb, waitFor } from './support/db.js';
 import { exited, startCli } from './support/cli.js';
 import { freePort, startNatsServer } from './support/nats-server.js';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { Watermarker } from '../src/index.js';
 
 after(closeAdmin);
@@ -107,6 +109,11 @@ test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verb
   const db = await testDb(t);
   await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
   const run = (name: string) => runExample(name, { DATABASE_URL: db.url, NATS_URL: nats.url });
+  // A stream with nothing in it yet: the consumer reads nothing and ends (it used to wait forever).
+  const nc = await connect({ servers: nats.url });
+  await (await jetstreamManager(nc)).streams.add({ name: 'TIDEMARK', subjects: ['tidemark.orders.>'] });
+  await nc.close();
+  assert.equal(await run('jetstream-consumer.ts'), '', 'an empty stream: nothing printed, and the example ends');
   assert.equal(await run('relay.ts'), 'relayed orders through seq 2\n');
   const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total": ${total}}\n`;
   assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7));

@@ -46,3 +46,11 @@ test('the help of every command with durations says a number needs its unit', ()
     assert.match(helpOf(name), /A <duration> is a number and its unit: 500ms, 10s, 1\.5m, 2h, 7d\. A bare number \(other than 0\) is refused\./, name);
   }
 });
+
+test("the README's command line block shows every command the CLI has, and no other", async () => {
+  const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+  const block = readme.slice(readme.indexOf('```\nnpx tidemark migrate'));
+  const shown = new Set([...block.slice(0, block.indexOf('```', 3)).matchAll(/^npx tidemark (\w+)/gm)].map((m) => m[1]));
+  const commands = new Set(program().commands.map((c) => c.name()));
+  assert.deepEqual([...shown].sort(), [...commands].sort());
+});
