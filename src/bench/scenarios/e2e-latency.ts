@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { DEFAULT_SCHEMA, notifyChannel, quoteIdent } from '../../db/queryable.js';
+import { DEFAULT_SCHEMA, notifyChannel, quoteIdent, wakeChannel } from '../../db/queryable.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';
@@ -96,7 +96,13 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       }
       if (IDLE_PROBED.has(contender.id)) {
         ctx.progress.step(`end-to-end latency: ${contender.id}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle, ${probes} times`);
-        const { summary: s, undelivered } = await idleProbes(contender, url, received, probes, idleMs);
+        publications?.heard.splice(0);
+        publications?.woken.splice(0);
+        const { summary: s, undelivered, commits } = await idleProbes(contender, url, received, probes, idleMs);
+        if (publications) {
+          const title = `${contender.title}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`;
+          notes.push(`${breakdown(title, commits, seqs, received, publications.heard)}; ${wakeSplit(commits, seqs, publications.heard, publications.woken)}`);
+        }
         rows.push([contender.title, `1 after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`, 1, null, s.p50, s.p99, s.p999, s.max, undelivered]);
         if (contender.id === 'tidemark') {
           goals.push({ goal: `end-to-end: tidemark, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle (${probes} times), p50`, target: '<= 3 ms', measured: `${s.p50.toFixed(2)} ms`, met: s.p50 <= 3 });
@@ -142,9 +148,10 @@ async function idleProbes(
   received: Map<number, number>,
   probes: number,
   idleMs: [number, number],
-): Promise<{ summary: ReturnType<Histogram['summary']>; undelivered: number }> {
+): Promise<{ summary: ReturnType<Histogram['summary']>; undelivered: number; commits: [number, number][] }> {
   const writer = await contender.writer(url);
   const h = new Histogram();
+  const commits: [number, number][] = [];
   let undelivered = 0;
   try {
     for (let k = 0; k < probes; k += 1) {
@@ -152,6 +159,7 @@ async function idleProbes(
       const event = { id: IDLE_ID_BASE + k, key: 'idle' };
       await writer.write([event]);
       const at = epochMs();
+      commits.push([event.id, at]);
       const deadline = performance.now() + 5000;
       while (!received.has(event.id) && performance.now() < deadline) await sleep(1);
       const got = received.get(event.id);
@@ -161,22 +169,52 @@ async function idleProbes(
   } finally {
     await writer.close();
   }
-  return { summary: h.summary(), undelivered };
+  return { summary: h.summary(), undelivered, commits };
 }
 
 /** Ids of the idle probes' events: above every rate's (the workers number from (i + 1) * 1e8). */
 const IDLE_ID_BASE = 900_000_000;
 
 /** A connection of the bench's own, LISTENing to the publications of the default schema: each safe_seq and when it was heard. */
-async function listenPublications(url: string): Promise<{ heard: [bigint, number][]; close: () => Promise<void> }> {
+async function listenPublications(url: string): Promise<{ heard: [bigint, number][]; woken: number[]; close: () => Promise<void> }> {
   const client = new pg.Client({ connectionString: url, application_name: 'tidemark-bench-listener' });
   await client.connect();
   const heard: [bigint, number][] = [];
+  const woken: number[] = [];
+  const wake = wakeChannel(DEFAULT_SCHEMA);
   client.on('notification', (n) => {
-    if (n.payload !== undefined) heard.push([BigInt(n.payload), epochMs()]);
+    if (n.channel === wake) woken.push(epochMs());
+    else if (n.payload !== undefined) heard.push([BigInt(n.payload), epochMs()]);
   });
   await client.query(`LISTEN ${quoteIdent(notifyChannel(DEFAULT_SCHEMA))}`);
-  return { heard, close: () => client.end() };
+  // The writers' wake-ups of a sleeping watermarker (docs/PROTOCOL.md §3.13): heard after idle only.
+  await client.query(`LISTEN ${quoteIdent(wake)}`);
+  return { heard, woken, close: () => client.end() };
+}
+
+/**
+ * The idle probes' split: from the writer's wake-up of the sleeping
+ * watermarker, as the bench's listener heard it, to the publication that
+ * covered the probe (the watermarker's client waking, its run starting,
+ * looking and stepping). The wake-up is sent at the writer's commit, so it
+ * is heard about when COMMIT returns.
+ */
+function wakeSplit(commits: [number, number][], seqs: Map<number, bigint>, heard: [bigint, number][], woken: number[]): string {
+  const toPublication = new Histogram();
+  let unsplit = 0;
+  for (const [id, at] of commits) {
+    const seq = seqs.get(id);
+    const published = seq === undefined ? undefined : heard.find(([s]) => s >= seq)?.[1];
+    // The first wake-up heard within 5 ms before the COMMIT returned, or after it.
+    const wake = woken.find((w) => w >= at - 5);
+    if (published === undefined || wake === undefined || wake > published) {
+      unsplit += 1;
+      continue;
+    }
+    toPublication.recordMs(published - wake);
+  }
+  const a = toPublication.summary();
+  return `wake-up→publication p50 ${a.p50.toFixed(2)} / p99 ${a.p99.toFixed(2)} ms (${woken.length} wake-ups heard; ${unsplit} probes not split)`;
 }
 
 /**
