@@ -34,7 +34,7 @@ export type { NatsSinkOptions } from './relay/sinks/nats.js';
 export { RabbitMqSink } from './relay/sinks/rabbitmq.js';
 export type { RabbitMqSinkOptions } from './relay/sinks/rabbitmq.js';
 export { Pruner } from './retention/pruner.js';
-export type { PruneResult } from './retention/pruner.js';
+export type { PruneResult } from './retention/options.js';
 export { DEFAULT_RETENTION_MS, MIN_RETENTION_MS } from './retention/options.js';
 export type { PrunerOptions, ResolvedPrunerOptions } from './retention/options.js';
 export { createMetrics } from './observability/metrics.js';

@@ -10,7 +10,7 @@ import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
 import { pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
 import { boundedQuery } from '../db/deadline.js';
-import { notifyObserver, reportError } from '../observability/callbacks.js';
+import { notifyObserver, reportError } from '../callbacks.js';
 
 /** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
 export interface PageInfo {

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ConsumerEvent } from '../consumer/events.js';
-import type { PruneResult } from '../retention/pruner.js';
+import type { PruneResult } from '../retention/options.js';
 import type { RelayEvent } from '../relay/events.js';
 import type { Relay } from '../relay/relay.js';
 import { stepBucketMs, type WatermarkerEvent } from '../watermark/progress.js';

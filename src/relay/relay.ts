@@ -7,7 +7,7 @@ import { boundedQuery } from '../db/deadline.js';
 import { StreamClient } from '../consumer/stream-client.js';
 import { CommitThrough } from '../consumer/page.js';
 import type { StreamEvent } from '../consumer/events.js';
-import { notifyObserver } from '../observability/callbacks.js';
+import { notifyObserver } from '../callbacks.js';
 import type { RelayEvent } from './events.js';
 import { resolveRelayOptions, SESSION_DEATH_DETECTION_MS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import type { RelayMessage, Sink } from './sink.js';

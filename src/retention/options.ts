@@ -1,7 +1,18 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
 import { checkCallbacks, checkKnownOptions, integerOption, ownerOption } from '../options.js';
-import type { PruneResult } from './pruner.js';
+
+/** What one `prune()` pass deleted. */
+export interface PruneResult {
+  /** Events deleted. */
+  deleted: number;
+  /** Statements run (each deletes at most `batchSize`). */
+  batches: number;
+  /** Horizons advanced by this pass: per stream, the greatest seq removed so far. */
+  horizons: { stream: string; prunedThroughSeq: bigint }[];
+  /** The safe_seq the last batch read; nothing above it was touched. */
+  safeSeq: bigint;
+}
 
 /** Default retention: 7 days. */
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000;

@@ -3,8 +3,8 @@ import { sleep } from '../db/acquire.js';
 import { poolOption } from '../options.js';
 import { boundedQuery } from '../db/deadline.js';
 import { quoteIdent } from '../db/queryable.js';
-import { resolvePrunerOptions, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
-import { notifyObserver, reportError } from '../observability/callbacks.js';
+import { resolvePrunerOptions, type PruneResult, type PrunerOptions, type ResolvedPrunerOptions } from './options.js';
+import { notifyObserver, reportError } from '../callbacks.js';
 
 /** A prune batch (an index range scan of at most `batchSize` events) that gets no answer within this long has its connection dropped. */
 const BATCH_BOUND_MS = 60_000;
@@ -13,18 +13,6 @@ const BEAT_BOUND_MS = 10_000;
 /** Back-off of `run()` after a failed pass. */
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 10_000;
-
-/** What one `prune()` pass deleted. */
-export interface PruneResult {
-  /** Events deleted. */
-  deleted: number;
-  /** Statements run (each deletes at most `batchSize`). */
-  batches: number;
-  /** Horizons advanced by this pass: per stream, the greatest seq removed so far. */
-  horizons: { stream: string; prunedThroughSeq: bigint }[];
-  /** The safe_seq the last batch read; nothing above it was touched. */
-  safeSeq: bigint;
-}
 
 interface BatchRow {
   scanned: string;

@@ -11,7 +11,7 @@ import { leaderUntil, LoopConnection } from './loop.js';
 import { boundedQuery, withDeadline } from '../db/deadline.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
 import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress, WatermarkRunSummary } from './progress.js';
-import { notifyObserver, reportError } from '../observability/callbacks.js';
+import { notifyObserver, reportError } from '../callbacks.js';
 
 interface StepRow {
   outcome: StepOutcome;

@@ -9,7 +9,6 @@ import { echoValue } from '../../options.js';
 import { CliError } from '../cli-error.js';
 import { configured, positiveInt } from '../context.js';
 import { parseDuration } from '../duration.js';
-import { serveCommand, type ServeCommandOptions } from './serve.js';
 import { cursorTarget } from './cursor.js';
 import type { CursorTarget } from '../../consumer/cursors.js';
 
@@ -82,11 +81,6 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   );
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
-}
-
-/** `tidemark relay`: `serve` with the relay role alone. */
-export async function relayCommand(options: ServeCommandOptions): Promise<number> {
-  return serveCommand({ ...options, roles: 'relay' }, 'relay');
 }
 
 /** A URL with its password replaced, for messages. */

@@ -47,6 +47,11 @@ function parseListen(text: string): { host: string; port: number } {
   return { host: match[1]!.replace(/^\[(.*)\]$/, '$1'), port };
 }
 
+/** `tidemark relay`: `serve` with the relay role alone. */
+export async function relayCommand(options: ServeCommandOptions): Promise<number> {
+  return serveCommand({ ...options, roles: 'relay' }, 'relay');
+}
+
 /**
  * `tidemark serve --roles watermarker,pruner,relay [--http HOST:PORT]`: the
  * daemon. Several processes may run the same roles; the lease keeps one
