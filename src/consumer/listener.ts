@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { backoffCeilingMs } from '../backoff.js';
 import { ConnectionLostError } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { withDeadline } from '../db/deadline.js';
@@ -126,7 +127,7 @@ export class Listener {
         if (stop.aborted) break;
         failure = err;
       }
-      const retryInMs = Math.min(backoffMaxMs, backoffMinMs * 2 ** Math.min(attempt, 30));
+      const retryInMs = backoffCeilingMs(attempt + 1, backoffMinMs, backoffMaxMs);
       attempt += 1;
       emit({ type: 'listener:error', error: failure, attempt, retryInMs });
       await sleep(retryInMs, stop).catch(() => undefined);

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { backoffMs } from '../backoff.js';
 import { ClosedError, ConnectionLostError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
@@ -159,8 +160,7 @@ export class StreamClient {
           if (err instanceof ConnectionLostError) held = true;
           if (!o.retry || signal.aborted || !(err instanceof CursorContentionError ? held : isRetryable(err))) throw err;
           attempt += 1;
-          const ceiling = Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(attempt - 1, 30));
-          const delayMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+          const delayMs = backoffMs(attempt, o.retryMinMs, o.retryMaxMs);
           this.emit({ type: 'retry', consumer, stream, error: err, attempt, delayMs });
           await sleep(delayMs, signal);
           wake = 'retry';

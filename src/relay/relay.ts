@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { backoffMs } from '../backoff.js';
 import { ClosedError, HandlerError, InvalidOptionsError, SinkError, isRetryable } from '../errors.js';
 import { poolOption } from '../options.js';
 import { sleep } from '../db/acquire.js';
@@ -268,8 +269,7 @@ export class Relay {
         const cause = err instanceof HandlerError && err.cause instanceof SinkError ? err.cause : err;
         if (!isRetryable(cause)) throw cause;
         state.attempt += 1;
-        const ceiling = Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(state.attempt - 1, 30));
-        const delayMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+        const delayMs = backoffMs(state.attempt, o.retryMinMs, o.retryMaxMs);
         this.emit({ type: 'retry', stream, source: cause instanceof SinkError ? 'sink' : source, error: cause, attempt: state.attempt, delayMs });
         try {
           await sleep(delayMs, signal);

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { backoffMs } from '../backoff.js';
 import { sleep } from '../db/acquire.js';
 import { poolOption } from '../options.js';
 import { boundedQuery } from '../db/deadline.js';
@@ -131,8 +132,7 @@ export class Pruner {
         if (signal.aborted) break;
         this.report(err);
         failures += 1;
-        const ceiling = Math.min(o.intervalMs, RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(failures - 1, 30));
-        pauseMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+        pauseMs = backoffMs(failures, RETRY_MIN_MS, Math.min(o.intervalMs, RETRY_MAX_MS));
       }
       await sleep(pauseMs, signal).catch(() => undefined);
     }

@@ -12,6 +12,7 @@ import { boundedQuery, withDeadline } from '../db/deadline.js';
 import { resolveWatermarkerOptions, type ResolvedWatermarkerOptions, type WatermarkerOptions } from './options.js';
 import type { HeartbeatOutcome, HolderPath, StepOutcome, WatermarkerEvent, WatermarkProgress, WatermarkRunSummary } from './progress.js';
 import { notifyObserver, reportError } from '../callbacks.js';
+import { backoffMs } from '../backoff.js';
 
 interface StepRow {
   outcome: StepOutcome;
@@ -163,7 +164,7 @@ export class Watermarker {
     if (this.closed) throw new ClosedError('Watermarker');
     const o = this.options;
     const loop = new LoopConnection(this.pool, o, this.instance);
-    let retryMs = o.retryMinMs;
+    let failures = 0; // in a row, since the last run that answered
     /**
      * The other process's claim that refused this one: as first seen, and
      * as seen once a run that process's client left behind has surely
@@ -195,14 +196,14 @@ export class Watermarker {
           } else {
             refusedBy = undefined;
             pauseMs = await this.afterRun(result.summary, loop, signal);
-            retryMs = o.retryMinMs;
+            failures = 0;
           }
         } catch (err) {
           if (signal.aborted) break;
           this.leader = false;
           this.leaderUntil = null;
-          pauseMs = Math.round(retryMs / 2 + Math.random() * (retryMs / 2));
-          retryMs = Math.min(retryMs * 2, o.retryMaxMs);
+          failures += 1;
+          pauseMs = backoffMs(failures, o.retryMinMs, o.retryMaxMs);
           this.report(err);
           this.emit({ type: 'retry', error: err, delayMs: pauseMs });
         }

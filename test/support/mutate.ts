@@ -579,8 +579,8 @@ const MUTANTS: Mutant[] = [
     id: 'pruner-backoff',
     what: 'a failed prune pass waits the full interval before it is tried again',
     file: 'src/retention/pruner.ts',
-    find: 'pauseMs = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));',
-    replace: 'pauseMs = o.intervalMs + 0 * ceiling;',
+    find: 'pauseMs = backoffMs(failures, RETRY_MIN_MS, Math.min(o.intervalMs, RETRY_MAX_MS));',
+    replace: 'pauseMs = o.intervalMs + 0 * backoffMs(failures, RETRY_MIN_MS, RETRY_MAX_MS);',
     tests: ['cli/serve'],
   },
   {
