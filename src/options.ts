@@ -7,6 +7,22 @@ import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { InvalidOptionsError } from './errors.js';
 
+/**
+ * A URL with its credentials hidden, for messages: what lies between `//`
+ * and the last `@` (a password may hold `@`, `/` or `:`) keeps only the
+ * user before its first `:`; a bare token (`nats://TOKEN@host`) is hidden
+ * whole. Works on text that does not parse as a URL too.
+ */
+export function redactUrl(url: string): string {
+  const start = url.indexOf('//');
+  const at = url.lastIndexOf('@');
+  if (start < 0 || at < start) return url;
+  const credentials = url.slice(start + 2, at);
+  const colon = credentials.indexOf(':');
+  const shown = colon < 0 ? '***' : `${credentials.slice(0, colon)}:***`;
+  return `${url.slice(0, start + 2)}${shown}${url.slice(at)}`;
+}
+
 /** How many characters of a rejected value an error message quotes. */
 export const ECHO_LIMIT = 80;
 

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { createMetrics, createPool, InvalidOptionsError, migrate, StreamClient } from '../src/index.js';
+import { redactUrl } from '../src/options.js';
 import { closeAdmin, testDb } from './support/db.js';
 
 after(closeAdmin);
@@ -39,3 +40,11 @@ test('every entry point that takes a pool refuses something else by name', async
   await assert.rejects(deleteCursor(notPool, 'c', 's'), (err: unknown) => err instanceof InvalidOptionsError && err.option === 'pool');
 });
 
+
+test('redactUrl hides a URL\'s password, or a bare token, whatever characters it holds; a URL without credentials is left as it is', () => {
+  assert.equal(redactUrl('amqp://guest:guest@127.0.0.1:5672/vhost'), 'amqp://guest:***@127.0.0.1:5672/vhost');
+  assert.equal(redactUrl('amqp://u:p@ss/w:rd@host'), 'amqp://u:***@host', 'a password holding @, / and :');
+  assert.equal(redactUrl('nats://s3cret-token@host:4222'), 'nats://***@host:4222');
+  assert.equal(redactUrl('nats://127.0.0.1:4222'), 'nats://127.0.0.1:4222');
+  assert.equal(redactUrl('amqp//x:y@z'), 'amqp//x:***@z', 'text that does not parse as a URL');
+});

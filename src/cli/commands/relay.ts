@@ -5,7 +5,7 @@
  */
 import { resolveRelayOptions, type RelayOptions } from '../../relay/options.js';
 import type { Sink } from '../../relay/sink.js';
-import { echoValue } from '../../options.js';
+import { echoValue, redactUrl } from '../../options.js';
 import { CliError } from '../cli-error.js';
 import { configured, positiveInt } from '../context.js';
 import { parseDuration } from '../duration.js';
@@ -54,11 +54,11 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   try {
     scheme = new URL(flags.to).protocol;
   } catch {
-    throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redact(flags.to))}`);
+    throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redactUrl(flags.to))}`);
   }
   const nats = scheme === 'nats:' || scheme === 'tls:';
   const amqp = scheme === 'amqp:' || scheme === 'amqps:';
-  if (!nats && !amqp) throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redact(flags.to))}`);
+  if (!nats && !amqp) throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redactUrl(flags.to))}`);
   for (const [key, flag] of nats ? AMQP_ONLY : NATS_ONLY) {
     if (flags[key] !== undefined) throw new CliError(`${flag}: applies to ${nats ? 'amqp://' : 'nats://'} destinations, not ${scheme}//`);
   }
@@ -81,11 +81,6 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   );
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
-}
-
-/** A URL with its password replaced, for messages. */
-export function redact(url: string): string {
-  return url.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/i, '$1:***@');
 }
 
 function dropUndefined<T extends object>(value: T): T {

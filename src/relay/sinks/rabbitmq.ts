@@ -30,7 +30,7 @@ import { Buffer } from 'node:buffer';
 import { Duplex } from 'node:stream';
 import { connect, IllegalOperationError, type Channel, type ChannelModel, type ConfirmChannel, type Message, type Options } from 'amqplib';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../errors.js';
-import { checkKnownOptions, echoValue, integerOption } from '../../options.js';
+import { checkKnownOptions, echoValue, integerOption, redactUrl } from '../../options.js';
 import { stringHeaders, type RelayMessage, type Sink, type SinkTarget } from '../sink.js';
 import { compileTemplate, type Template } from '../template.js';
 import { streamEvent } from '../../consumer/exact-json.js';
@@ -324,7 +324,7 @@ function probe(schema: string, stream: string): RelayMessage {
 /** Parses and checks the `url` option. */
 function parseUrl(value: unknown): Broker {
   const bad = (why: string) =>
-    new InvalidOptionsError('url', `${why}; expected amqp://USER:PASS@HOST:PORT/VHOST or amqps://..., got ${echoValue(typeof value === 'string' ? redact(value) : value)}`);
+    new InvalidOptionsError('url', `${why}; expected amqp://USER:PASS@HOST:PORT/VHOST or amqps://..., got ${echoValue(typeof value === 'string' ? redactUrl(value) : value)}`);
   if (typeof value !== 'string') throw bad('not a string');
   let url: URL;
   try {
@@ -366,11 +366,6 @@ function parseUrl(value: unknown): Broker {
     vhost,
     shown: shown.href,
   };
-}
-
-/** `url` with everything between `//` and the last `@` hidden, for a URL that did not parse. */
-function redact(url: string): string {
-  return url.replace(/\/\/.*@/s, '//***@');
 }
 
 /** Connects within `timeoutMs`; a connection that comes up later is destroyed. */
