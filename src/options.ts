@@ -5,7 +5,7 @@ import type pg from 'pg';
  */
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { InvalidOptionsError } from './errors.js';
+import { InvalidOptionsError, MissingPackageError } from './errors.js';
 
 /**
  * A URL with its credentials hidden, for messages: what lies between `//`
@@ -21,6 +21,23 @@ export function redactUrl(url: string): string {
   const colon = credentials.indexOf(':');
   const shown = colon < 0 ? '***' : `${credentials.slice(0, colon)}:***`;
   return `${url.slice(0, start + 2)}${shown}${url.slice(at)}`;
+}
+
+/**
+ * Imports an optional peer dependency: a package only some features need,
+ * which a library user installs when they use that feature. Missing, it is
+ * a MissingPackageError naming the package and the feature; any other
+ * failure to load it is thrown as it is.
+ */
+export async function importOptional<T>(packageName: string, feature: string, load: () => Promise<T> = () => import(packageName) as Promise<T>): Promise<T> {
+  try {
+    return await load();
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    const missing = (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && (err as Error).message.includes(`'${packageName}'`);
+    if (missing) throw new MissingPackageError(packageName, feature);
+    throw err;
+  }
 }
 
 /** How many characters of a rejected value an error message quotes. */

@@ -18,6 +18,7 @@ test('the public exports change only on purpose', () => {
     'InvalidEventError',
     'InvalidOptionsError',
     'MIN_RETENTION_MS',
+    'MissingPackageError',
     'NatsSink',
     'NoResponseError',
     'OwnerInUseError',

