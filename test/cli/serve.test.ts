@@ -56,6 +56,9 @@ test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the leas
     /^tidemark_consumer_cursor_seq\{consumer="audit",stream="orders"\} 1$/m,
     /^tidemark_consumer_lag_events\{consumer="audit",stream="orders"\} 0$/m,
     /^tidemark_database_up 1$/m,
+    /^tidemark_status_visible\{part="streams"\} 1$/m,
+    /^tidemark_status_visible\{part="consumers"\} 1$/m,
+    /^tidemark_status_visible\{part="blocking_writers"\} 1$/m,
     /^process_cpu_seconds_total /m,
   ]) {
     assert.match(metrics, line);

@@ -3,7 +3,7 @@ import { after, test, type TestContext } from 'node:test';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import { from as copyFrom } from 'pg-copy-streams';
-import { append, loadMigrations, migrate, StreamClient, Watermarker } from '../../src/index.js';
+import { append, createMetrics, loadMigrations, migrate, StreamClient, Watermarker } from '../../src/index.js';
 import { closeAdmin, testDb, testRole, type TestDb } from '../support/db.js';
 import { cli } from '../support/cli.js';
 
@@ -215,4 +215,19 @@ test('a writer role granted before schema version 10 may read the watermark afte
     [role, inheritor],
   );
   assert.deepEqual(direct.rows, [{ grantee: role }], 'the role grant_writer named, not the roles that inherit from it');
+});
+
+test('metrics read as a writer or consumer role say which parts of the status that role cannot see', async (t) => {
+  const db = await testDb(t);
+  const writer = await grantedRole(t, db, 'writer');
+  const consumer = await grantedRole(t, db, 'consumer');
+  await db.observer.query(`INSERT INTO tidemark.cursors (consumer, stream) VALUES ('c', 's')`);
+  const visibility = async (pool: typeof writer.pool) => {
+    const text = await createMetrics({ pool, processMetrics: false }).registry.metrics();
+    assert.match(text, /^tidemark_database_up 1$/m);
+    return Object.fromEntries([...text.matchAll(/^tidemark_status_visible\{part="(\w+)"\} (\d)$/gm)].map((m) => [m[1], Number(m[2])]));
+  };
+  assert.deepEqual(await visibility(writer.pool), { streams: 0, consumers: 0, blocking_writers: 0 });
+  assert.deepEqual(await visibility(consumer.pool), { streams: 1, consumers: 1, blocking_writers: 0 });
+  assert.deepEqual(await visibility(db.pool()), { streams: 1, consumers: 1, blocking_writers: 1 });
 });
