@@ -73,6 +73,22 @@ export function integerOption<T extends object>(options: T, name: keyof T & stri
   return value;
 }
 
+/**
+ * `retryMinMs` and `retryMaxMs` of a loop that retries with a back-off
+ * (src/backoff.ts): integers in [1, `limit`], the maximum at least the
+ * minimum; `maxMs` gives the maximum's default from the minimum.
+ */
+export function retryOptions(
+  options: { retryMinMs?: number; retryMaxMs?: number },
+  defaults: { minMs: number; maxMs: (retryMinMs: number) => number },
+  limit: number,
+): { retryMinMs: number; retryMaxMs: number } {
+  const retryMinMs = integerOption(options, 'retryMinMs', defaults.minMs, 1, limit);
+  const retryMaxMs = integerOption(options, 'retryMaxMs', defaults.maxMs(retryMinMs), 1, limit);
+  if (retryMaxMs < retryMinMs) throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
+  return { retryMinMs, retryMaxMs };
+}
+
 /** A name stored in tidemark's tables (owner, consumer, stream): non-empty, at most 200 characters, no NUL. */
 export function nameOption(value: unknown, option: string): string {
   if (typeof value !== 'string' || value.length === 0 || value.length > 200 || value.includes('\u0000')) {

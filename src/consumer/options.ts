@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, checkKnownOptions, integerOption } from '../options.js';
+import { checkCallbacks, checkKnownOptions, integerOption, retryOptions } from '../options.js';
 import type { ConsumerEvent } from './events.js';
 
 /** Options for {@link StreamClient}. Every duration is in milliseconds. */
@@ -104,11 +104,7 @@ export function resolveStreamClientOptions(options: StreamClientOptions = {}): R
   if (options.listen !== undefined && typeof options.listen !== 'boolean') {
     throw new InvalidOptionsError('listen', 'expected a boolean');
   }
-  const retryMinMs = integerOption(options, 'retryMinMs', 100, 1, HOUR);
-  const retryMaxMs = integerOption(options, 'retryMaxMs', 10_000, 1, HOUR);
-  if (retryMaxMs < retryMinMs) {
-    throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
-  }
+  const { retryMinMs, retryMaxMs } = retryOptions(options, { minMs: 100, maxMs: () => 10_000 }, HOUR);
   if (options.prefetch !== undefined && typeof options.prefetch !== 'boolean') {
     throw new InvalidOptionsError('prefetch', 'expected a boolean');
   }

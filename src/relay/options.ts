@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, checkKnownOptions, integerOption, nameOption } from '../options.js';
+import { checkCallbacks, checkKnownOptions, integerOption, nameOption, retryOptions } from '../options.js';
 import type { RelayEvent } from './events.js';
 
 /** Options for {@link Relay}. Every duration is in milliseconds. */
@@ -68,9 +68,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   const duplicate = streams.find((s, i) => streams.indexOf(s) !== i);
   if (duplicate !== undefined) throw new InvalidOptionsError('streams', `names ${JSON.stringify(duplicate)} twice`);
   if (options.listen !== undefined && typeof options.listen !== 'boolean') throw new InvalidOptionsError('listen', 'expected a boolean');
-  const retryMinMs = integerOption(options, 'retryMinMs', 100, 1, HOUR);
-  const retryMaxMs = integerOption(options, 'retryMaxMs', 10_000, 1, HOUR);
-  if (retryMaxMs < retryMinMs) throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
+  const { retryMinMs, retryMaxMs } = retryOptions(options, { minMs: 100, maxMs: () => 10_000 }, HOUR);
   checkCallbacks(options);
   const resolved: ResolvedRelayOptions = Object.freeze({
     consumer,

@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, integerOption, ownerOption } from '../options.js';
+import { checkCallbacks, integerOption, ownerOption, retryOptions } from '../options.js';
 import type { WatermarkerEvent } from './progress.js';
 
 /** Options for {@link Watermarker}. Every duration is in milliseconds. */
@@ -139,11 +139,7 @@ export function resolveWatermarkerOptions(options: WatermarkerOptions = {}): Res
   if (summaryIntervalMs > leaseRenewMs) {
     throw new InvalidOptionsError('summaryIntervalMs', `must not exceed leaseRenewMs (${leaseRenewMs}), got ${summaryIntervalMs}`);
   }
-  const retryMinMs = integerOption(options, 'retryMinMs', 100, 1, DAY);
-  const retryMaxMs = integerOption(options, 'retryMaxMs', Math.max(5000, retryMinMs), 1, DAY);
-  if (retryMaxMs < retryMinMs) {
-    throw new InvalidOptionsError('retryMaxMs', `must be at least retryMinMs (${retryMinMs}), got ${retryMaxMs}`);
-  }
+  const { retryMinMs, retryMaxMs } = retryOptions(options, { minMs: 100, maxMs: (min) => Math.max(5000, min) }, DAY);
   checkCallbacks(options);
   return Object.freeze({
     schema,
