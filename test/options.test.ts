@@ -1,8 +1,9 @@
 /** A misspelt option is refused by name at every entry point, never ignored. */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { createMetrics, createPool, InvalidOptionsError, MissingPackageError, migrate, StreamClient } from '../src/index.js';
-import { importOptional, redactUrl } from '../src/options.js';
+import pg from 'pg';
+import { createMetrics, createPool, InvalidOptionsError, MissingPackageError, migrate, StreamClient, Watermarker } from '../src/index.js';
+import { importOptional, redactUrl, retryOptions } from '../src/options.js';
 import { closeAdmin, testDb } from './support/db.js';
 
 after(closeAdmin);
@@ -61,4 +62,18 @@ test('importOptional: a package that is not installed is a MissingPackageError n
   const inside = Object.assign(new Error("Cannot find package 'something-it-needs'"), { code: 'ERR_MODULE_NOT_FOUND' });
   await assert.rejects(importOptional('fast-check', 'a feature', () => Promise.reject(inside)), (err) => err === inside);
   assert.equal(typeof (await importOptional<{ assert: unknown }>('fast-check', 'a feature')).assert, 'function');
+});
+
+test('retryOptions: the defaults, the bounds, and a maximum below the minimum refused by name', () => {
+  const defaults = { minMs: 100, maxMs: (min: number) => Math.max(5000, min) };
+  assert.deepEqual(retryOptions({}, defaults, 3_600_000), { retryMinMs: 100, retryMaxMs: 5000 });
+  assert.deepEqual(retryOptions({ retryMinMs: 9000 }, defaults, 3_600_000), { retryMinMs: 9000, retryMaxMs: 9000 }, 'the default maximum follows a larger minimum');
+  assert.throws(() => retryOptions({ retryMinMs: 500, retryMaxMs: 200 }, defaults, 3_600_000), { option: 'retryMaxMs', message: 'retryMaxMs: must be at least retryMinMs (500), got 200' });
+  assert.throws(() => retryOptions({ retryMinMs: 0 }, defaults, 3_600_000), { option: 'retryMinMs' });
+  assert.throws(() => retryOptions({ retryMaxMs: 3_600_001 }, defaults, 3_600_000), { option: 'retryMaxMs' });
+  // The loops that retry check their pair through it. A pool that never connects: options are checked first.
+  const pool = new pg.Pool({ connectionString: 'postgres://nobody@127.0.0.1:1/none' });
+  for (const make of [() => new Watermarker(pool, { retryMinMs: 500, retryMaxMs: 200 }), () => new StreamClient(pool, { retryMinMs: 500, retryMaxMs: 200 })]) {
+    assert.throws(make, { option: 'retryMaxMs' });
+  }
 });
