@@ -279,6 +279,9 @@ export const SQLSTATE = {
   idleInTransactionTimeout: '25P03',
   idleSessionTimeout: '57P05',
   uniqueViolation: '23505',
+  insufficientPrivilege: '42501',
+  // Raised by the owner-claim fence (migration 0009): another live process claims the owner.
+  objectInUse: '55006',
   // Raised by tidemark's SQL consumer functions (migration 0006, docs/ERRORS.md).
   cursorContention: 'TM001',
   resyncRequired: 'TM002',

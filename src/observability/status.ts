@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { quoteIdent } from '../db/queryable.js';
-import { InvalidOptionsError, sqlState } from '../errors.js';
+import { InvalidOptionsError, SQLSTATE, sqlState } from '../errors.js';
 import { checkKnownOptions } from '../options.js';
 
 /** A snapshot of a tidemark schema's state, as `tidemark status` shows it. */
@@ -93,7 +93,7 @@ async function ifVisible<R>(db: Queryable, text: string, values?: unknown[]): Pr
   try {
     return { rows: (await db.query(text, values)).rows as R[], visible: true };
   } catch (err) {
-    if (sqlState(err) !== '42501') throw err;
+    if (sqlState(err) !== SQLSTATE.insufficientPrivilege) throw err;
     return { rows: [], visible: false };
   }
 }

@@ -17,10 +17,10 @@ export function leaseSql(schema: string): LeaseSql {
   const s = quoteIdent(schema);
   return {
     // $3, the process's id, names it to the fence for this statement's
-  // transaction: the acquire (its argument depends on it) runs after.
-  acquire:
-    `SELECT a.held FROM (SELECT pg_catalog.set_config('tidemark.instance', $3, true) AS i) g, ` +
-    `LATERAL ${s}.acquire_lease(CASE WHEN g.i IS NOT NULL THEN $1::text END, $2) a`,
+    // transaction: the acquire (its argument depends on it) runs after.
+    acquire:
+      `SELECT a.held FROM (SELECT pg_catalog.set_config('tidemark.instance', $3, true) AS i) g, ` +
+      `LATERAL ${s}.acquire_lease(CASE WHEN g.i IS NOT NULL THEN $1::text END, $2) a`,
     claim: `SELECT c.claimed, c.instance, c.claimed_at, c.expires_at, pg_catalog.statement_timestamp() AS now FROM ${s}.claim_owner($1, $2, $3) c`,
     release: `SELECT ${s}.release_owner($1, $2) AS released`,
   };

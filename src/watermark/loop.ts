@@ -94,11 +94,12 @@ export class LoopConnection {
       // The owner's claim, renewed before every run (and by the run's lease
       // renewals): refused, nothing runs. Were it to lapse all the same (a
       // run stalled past it), the fence refuses this session's writes once
-      // another process has claimed the owner. The same statement pairs a server instant with a
-      // local one that precedes it: the lease's expiry measured from that
-      // server instant, added to the local one, can only undershoot the
-      // real expiry. (A procedure that commits cannot share a message with
-      // another statement, hence a statement of its own, one round trip.)
+      // another process has claimed the owner. The same statement pairs a
+      // server instant with a local one that precedes it: the lease's
+      // expiry measured from that server instant, added to the local one,
+      // can only undershoot the real expiry. (A procedure that commits
+      // cannot share a message with another statement, hence a statement
+      // of its own, one round trip.)
       const sentAt = Date.now();
       const claim = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
         claimOwner(client, this.lease, o.owner, this.instance, claimTtlMs(o)),

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
-import { ClosedError, OwnerInUseError, sqlState } from '../errors.js';
+import { ClosedError, OwnerInUseError, SQLSTATE, sqlState } from '../errors.js';
 import { poolOption } from '../options.js';
 import { cancellableQuery } from '../db/cancellable.js';
 import { quoteIdent } from '../db/queryable.js';
@@ -126,7 +126,7 @@ export class Watermarker {
     const row = await this.stepOnce().catch((err: unknown) => {
       // The fence (55006): another process claimed the owner since this one
       // did. The next step claims again, and is refused.
-      if (sqlState(err) === '55006') {
+      if (sqlState(err) === SQLSTATE.objectInUse) {
         this.leader = false;
         this.leaderUntil = null;
       }

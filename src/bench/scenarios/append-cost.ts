@@ -65,15 +65,15 @@ export async function appendCost(ctx: BenchContext): Promise<ScenarioResult> {
               ready,
             });
           const [plainResult, contenderResult] = await Promise.all([load('plain'), load('contender')]);
-          const rate = { plain: 0, contender: 0 };
+          const windowRate = { plain: 0, contender: 0 };
           for (const [side, result] of [['plain', plainResult], ['contender', contenderResult]] as const) {
             totals[side].events += result.committedEvents;
             totals[side].ms += result.elapsedMs;
             totals[side].errors += result.errors;
-            rate[side] = result.committedEvents / result.elapsedMs;
+            windowRate[side] = result.committedEvents / result.elapsedMs;
             firstError ??= result.firstError && `${contender.title}, ${side}, ${size}/tx: ${result.firstError}`;
           }
-          if (rate.plain > 0) ratios.push(rate.contender / rate.plain);
+          if (windowRate.plain > 0) ratios.push(windowRate.contender / windowRate.plain);
         }
         const rate = (t: { events: number; ms: number }) => (t.events / t.ms) * 1000;
         const ratio = ratios.length ? median(ratios) : 0;
