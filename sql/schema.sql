@@ -304,12 +304,14 @@ $$;
 --
 
 CREATE FUNCTION tidemark.cursor_lock_key(p_consumer text, p_stream text) RETURNS bigint
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT pg_catalog.hashtextextended(
+BEGIN
+  RETURN pg_catalog.hashtextextended(
     (pg_catalog.length(p_consumer)::text || ':' || p_consumer || p_stream) COLLATE "C",
-    (-8344625403455539058)::bigint)
+    (-8344625403455539058)::bigint);
+END
 $$;
 
 --
@@ -557,11 +559,19 @@ $$;
 --
 
 CREATE FUNCTION tidemark.open_page(p_key bigint) RETURNS jsonb
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT p FROM (SELECT "tidemark".open_pages() -> p_key::text AS p) o
-   WHERE (p ->> 5) = pg_catalog.pg_current_xact_id_if_assigned()::text
+DECLARE
+  v_page jsonb := "tidemark".open_pages() -> p_key::text;
+BEGIN
+  -- An entry of another transaction (a value SET for the session by hand)
+  -- is no page.
+  IF (v_page ->> 5) = pg_catalog.pg_current_xact_id_if_assigned()::text THEN
+    RETURN v_page;
+  END IF;
+  RETURN NULL;
+END
 $$;
 
 --
@@ -569,10 +579,12 @@ $$;
 --
 
 CREATE FUNCTION tidemark.open_pages() RETURNS jsonb
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT coalesce(nullif(pg_catalog.current_setting('tidemark.pages', true), '')::jsonb, '{}'::jsonb)
+BEGIN
+  RETURN coalesce(nullif(pg_catalog.current_setting('tidemark.pages', true), '')::jsonb, '{}'::jsonb);
+END
 $$;
 
 --
@@ -580,12 +592,16 @@ $$;
 --
 
 CREATE FUNCTION tidemark.page_info(p_consumer text, p_stream text) RETURNS TABLE(cursor bigint, through bigint, advanced_to bigint, safe_seq bigint)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT (p ->> 0)::bigint, (p ->> 1)::bigint, (p ->> 2)::bigint, (p ->> 3)::bigint
-    FROM (SELECT "tidemark".open_page("tidemark".cursor_lock_key(p_consumer, p_stream)) AS p) o
-   WHERE p IS NOT NULL
+DECLARE
+  v_page jsonb := "tidemark".open_page("tidemark".cursor_lock_key(p_consumer, p_stream));
+BEGIN
+  IF v_page IS NOT NULL THEN
+    RETURN QUERY SELECT (v_page ->> 0)::bigint, (v_page ->> 1)::bigint, (v_page ->> 2)::bigint, (v_page ->> 3)::bigint;
+  END IF;
+END
 $$;
 
 --
@@ -711,13 +727,15 @@ $$;
 --
 
 CREATE FUNCTION tidemark.remember_page(p_key bigint, p_cursor bigint, p_through bigint, p_safe_seq bigint, p_read_to bigint) RETURNS text
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT pg_catalog.set_config('tidemark.pages',
+BEGIN
+  RETURN pg_catalog.set_config('tidemark.pages',
     ("tidemark".open_pages() || pg_catalog.jsonb_build_object(p_key::text,
       pg_catalog.jsonb_build_array(p_cursor, p_through, p_cursor, p_safe_seq, p_read_to, pg_catalog.pg_current_xact_id()::text)))::text,
-    true)
+    true);
+END
 $$;
 
 --

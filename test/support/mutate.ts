@@ -762,9 +762,9 @@ const MUTANTS: Mutant[] = [
   {
     id: 'page-transaction',
     what: "advance_cursor: trust a page entry of another transaction",
-    file: PAGE,
-    find: "   WHERE (p ->> 5) = pg_catalog.pg_current_xact_id_if_assigned()::text",
-    replace: '',
+    file: 'sql/migrations/0011_page_cost.sql',
+    find: '  IF (v_page ->> 5) = pg_catalog.pg_current_xact_id_if_assigned()::text THEN',
+    replace: '  IF v_page IS NOT NULL THEN',
     tests: ['consumer/sql-contract'],
   },
   {
