@@ -16,7 +16,8 @@ import { connect, type Channel, type ChannelModel, type Message } from 'amqplib'
 import { streamEvent } from '../../src/consumer/exact-json.js';
 import { ClosedError, InvalidOptionsError, SinkError, isRetryable } from '../../src/errors.js';
 import type { RelayMessage } from '../../src/relay/sink.js';
-import { Batch, RabbitMqSink } from '../../src/relay/sinks/rabbitmq.js';
+import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq/sink.js';
+import { Batch } from '../../src/relay/sinks/rabbitmq/session.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 
 const BROKER = { host: '127.0.0.1', port: 5672 };

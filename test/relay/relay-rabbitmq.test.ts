@@ -24,7 +24,7 @@ import { createMetrics } from '../../src/observability/metrics.js';
 import type { RelayEvent } from '../../src/relay/events.js';
 import { Relay } from '../../src/relay/relay.js';
 import type { RelayMessage, Sink, SinkTarget } from '../../src/relay/sink.js';
-import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq.js';
+import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq/sink.js';
 import { Watermarker } from '../../src/watermark/watermarker.js';
 import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 import { closeAdmin, insertEvent, testDb, type TestDb } from '../support/db.js';

@@ -175,7 +175,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'nats-body-reparsed',
     what: 'NATS sink: the body re-serialised from the parsed payload',
-    file: 'src/relay/sinks/nats-message.ts',
+    file: 'src/relay/sinks/nats/message.ts',
     find: 'const body = encoder.encode(event.payloadText);',
     replace: 'const body = encoder.encode(JSON.stringify(JSON.parse(event.payloadText)));',
     tests: ['consumer/exact-payloads'],

@@ -6,7 +6,7 @@ import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { Relay } from '../../relay/relay.js';
-import { NatsSink } from '../../relay/sinks/nats.js';
+import { NatsSink } from '../../relay/sinks/nats/sink.js';
 import { stringHeaders, type RelayMessage, type Sink, type SinkTarget } from '../../relay/sink.js';
 import { streamEvent } from '../../consumer/exact-json.js';
 import { Watermarker } from '../../watermark/watermarker.js';

@@ -72,8 +72,8 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
     restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
     pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
   };
-  const { NatsSink } = nats ? await import('../../relay/sinks/nats.js') : { NatsSink: undefined };
-  const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq.js') : { RabbitMqSink: undefined };
+  const { NatsSink } = nats ? await import('../../relay/sinks/nats/sink.js') : { NatsSink: undefined };
+  const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq/sink.js') : { RabbitMqSink: undefined };
   const sink = configured<Sink>(() =>
     NatsSink
       ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs }))

@@ -4,8 +4,8 @@
  * may leave out the scheme). Credentials are taken out of the URL here, so
  * nothing printed afterwards can show them.
  */
-import { InvalidOptionsError } from '../../errors.js';
-import { echoValue } from '../../options.js';
+import { InvalidOptionsError } from '../../../errors.js';
+import { echoValue } from '../../../options.js';
 
 /** A parsed `url`: what the client connects with, and how logs name it. */
 export interface NatsServers {

@@ -26,15 +26,15 @@
  */
 import { connect, errors, type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstreamManager } from '@nats-io/jetstream';
-import { ClosedError, InvalidOptionsError, SinkError } from '../../errors.js';
-import { checkKnownOptions, echoValue, integerOption } from '../../options.js';
-import type { RelayMessage, Sink, SinkTarget } from '../sink.js';
-import { compileTemplate, type Template } from '../template.js';
-import { natsMessage, type NatsMessage as Outgoing } from './nats-message.js';
-import { AckInbox, type AckFailure } from './nats-acks.js';
-import { firstLine, noJetStream, openStream } from './nats-stream.js';
-import { checkSubjectTemplate, minimalFilters, subjectFilter } from './nats-subject.js';
-import { parseNatsUrl, type NatsServers } from './nats-url.js';
+import { ClosedError, InvalidOptionsError, SinkError } from '../../../errors.js';
+import { checkKnownOptions, echoValue, integerOption } from '../../../options.js';
+import type { RelayMessage, Sink, SinkTarget } from '../../sink.js';
+import { compileTemplate, type Template } from '../../template.js';
+import { natsMessage, type NatsMessage as Outgoing } from './message.js';
+import { AckInbox, type AckFailure } from './acks.js';
+import { firstLine, noJetStream, openStream } from './stream.js';
+import { checkSubjectTemplate, minimalFilters, subjectFilter } from './subject.js';
+import { parseNatsUrl, type NatsServers } from './url.js';
 
 /** Options of {@link NatsSink}. */
 export interface NatsSinkOptions {

@@ -6,8 +6,8 @@
  */
 import { JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
-import { SinkError } from '../../errors.js';
-import { subjectCovers } from './nats-subject.js';
+import { SinkError } from '../../../errors.js';
+import { subjectCovers } from './subject.js';
 
 /** What `open` expects of the stream. */
 export interface StreamPlan {

@@ -4,10 +4,10 @@
  * JetStream stream's subject patterns cover them (`*` matches one token,
  * `>` one or more trailing tokens).
  */
-import { InvalidOptionsError } from '../../errors.js';
-import type { RelayMessage } from '../sink.js';
-import type { Template } from '../template.js';
-import { streamEvent } from '../../consumer/exact-json.js';
+import { InvalidOptionsError } from '../../../errors.js';
+import type { RelayMessage } from '../../sink.js';
+import type { Template } from '../../template.js';
+import { streamEvent } from '../../../consumer/exact-json.js';
 
 /** What a subject token cannot hold: whitespace and control characters (protocol separators) and the wildcards. */
 const NOT_IN_TOKEN = /[\s\p{Cc}*>]/gu;

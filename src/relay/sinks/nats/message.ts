@@ -14,9 +14,9 @@
  * the payload as PostgreSQL's JSON text, byte for byte, in UTF-8.
  */
 import { headers, type MsgHdrs } from '@nats-io/transport-node';
-import { stringHeaders, type RelayMessage } from '../sink.js';
-import type { Template } from '../template.js';
-import { subjectField } from './nats-subject.js';
+import { stringHeaders, type RelayMessage } from '../../sink.js';
+import type { Template } from '../../template.js';
+import { subjectField } from './subject.js';
 
 /** An event ready to send. */
 export interface NatsMessage {
