@@ -19,6 +19,7 @@ export type {
   RunEndReason,
   HeartbeatOutcome,
 } from './watermark/progress.js';
+export { stepBucketMs } from './watermark/progress.js';
 export { StreamClient } from './consumer/stream-client.js';
 export type { TailOptions, DrainOptions, DrainResult, PageInfo } from './consumer/stream-client.js';
 export type { StreamClientOptions, ResolvedStreamClientOptions } from './consumer/options.js';
@@ -44,7 +45,7 @@ export type { TidemarkStatus, ReadStatusOptions, BlockingWriter } from './observ
 export { createPool, CONNECTION_DEFAULTS } from './db/pool.js';
 export { NoResponseError } from './db/deadline.js';
 export type { CreatePoolOptions } from './db/pool.js';
-export { DEFAULT_SCHEMA, fenceKey, notifyChannel } from './db/queryable.js';
+export { DEFAULT_SCHEMA, fenceKey, notifyChannel, wakeChannel } from './db/queryable.js';
 export type { Queryable } from './db/queryable.js';
 export {
   TidemarkError,

@@ -40,5 +40,12 @@ test('the public exports change only on purpose', () => {
     'migrate',
     'notifyChannel',
     'readStatus',
+    'stepBucketMs',
+    'wakeChannel',
   ]);
+});
+
+test('tidemark/embedded exports the throwaway server, and only that', async () => {
+  const embedded = await import('tidemark/embedded');
+  assert.deepEqual(Object.keys(embedded).sort(), ['freePort', 'startEmbeddedPostgres']);
 });

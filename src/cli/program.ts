@@ -6,7 +6,6 @@
 import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { appendCommand } from './commands/append.js';
-import { benchCommand } from './commands/bench.js';
 import { demoCommand } from './commands/demo.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pruneCommand } from './commands/prune.js';
@@ -243,20 +242,6 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--writers <n>', 'concurrent writers', '4')
     .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']) + DURATIONS)
     .action(action(demoCommand, 'tidemark_demo'));
-
-  root
-    .command('bench')
-    .description('benchmark and conformance run: tidemark against the alternatives, side by side on one server')
-    .option('--quick', 'smoke run, about a minute (figures not meaningful)')
-    .option('--only <scenarios>', 'comma-separated: gap-torture, stall, append-cost, writer-latency, e2e-latency, drain, relay')
-    .option('--contenders <ids>', 'comma-separated: tidemark, emmett, message-db, pg-transactional-outbox, naive, xid-position, xid-compound, reference')
-    .option('--out <dir>', 'where the JSON and markdown results go', 'bench/results')
-    .option('--no-progress', 'no progress output on stderr')
-    .addHelpText(
-      'after',
-      examples(['npx tidemark bench', 'npx tidemark bench --quick', 'npx tidemark bench --only gap-torture,drain --contenders tidemark,naive']),
-    )
-    .action(action(benchCommand));
 
   return root;
 }

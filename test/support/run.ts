@@ -1,5 +1,6 @@
 /**
- * The test entry point (`npm test`): provides a PostgreSQL server, migrates
+ * The test entry point (`npm test`, and `npm run test:bench` for the bench's
+ * smoke run under bench/test): provides a PostgreSQL server, migrates
  * one template database, then runs every test file in parallel under node's
  * test runner. Each test clones the template into a database of its own.
  *
@@ -52,8 +53,13 @@ function withDatabase(url: string, database: string): string {
 }
 
 async function main(): Promise<number> {
-  const filters = process.argv.slice(2);
-  let files = await testFiles(join(root, 'test'));
+  // `--in DIR`: the test files under DIR instead of test/ (`npm run test:bench`: bench/test).
+  const args = process.argv.slice(2);
+  const at = args.indexOf('--in');
+  const dir = at >= 0 ? args.splice(at, 2)[1] : 'test';
+  if (!dir) throw new Error('--in needs a directory');
+  const filters = args;
+  let files = await testFiles(join(root, dir));
   if (filters.length > 0) files = files.filter((f) => filters.some((x) => f.includes(x)));
   // TIDEMARK_TEST_EXCLUDE=a,b leaves out the files whose path contains a or b, and says so:
   // .ci/run runs the broker tests against one PostgreSQL only (they test the brokers' side).

@@ -1,5 +1,4 @@
 import pg from 'pg';
-import { quoteIdent } from '../db/queryable.js';
 
 /** The server the benchmark runs on: one fresh database per contender and scenario. */
 export class BenchServer {
@@ -53,4 +52,9 @@ export function benchPool(url: string, max: number, name = 'tidemark-bench'): pg
   const pool = new pg.Pool({ connectionString: url, max, application_name: name });
   pool.on('error', () => undefined);
   return pool;
+}
+
+/** A PostgreSQL identifier, quoted. */
+export function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
 }

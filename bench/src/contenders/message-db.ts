@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { quoteIdent } from '../../db/queryable.js';
+import { quoteIdent } from '../db.js';
 import { CURSOR_TABLE, clientWriter, cursorLoop } from './common.js';
 import { ContenderUnavailable, type Contender } from './types.js';
 

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { freePort } from '../db/embedded.js';
+import { freePort } from 'tidemark/embedded';
 import { join } from 'node:path';
 
 export interface BenchNats {

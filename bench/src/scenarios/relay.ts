@@ -5,11 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type pg from 'pg';
-import { Relay } from '../../relay/relay.js';
-import { NatsSink } from '../../relay/sinks/nats/sink.js';
-import { stringHeaders, type RelayMessage, type Sink, type SinkTarget } from '../../relay/sink.js';
-import { streamEvent } from '../../consumer/exact-json.js';
-import { Watermarker } from '../../watermark/watermarker.js';
+import { NatsSink, Relay, Watermarker, type RelayMessage, type Sink, type SinkTarget } from 'tidemark';
 import { benchPool } from '../db.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { epochMs } from '../load.js';
@@ -144,7 +140,18 @@ async function loadMessages(pool: pg.Pool, stream: string): Promise<RelayMessage
   return r.rows.map((row) => ({
     id: `tidemark:${row.seq}`,
     schema: 'tidemark',
-    event: streamEvent({ seq: BigInt(row.seq), stream, kind: row.kind, key: row.key, payloadText: row.payload, headersText: row.headers, occurredAt: row.occurred_at }),
+    // The bench's own payloads and headers: small objects that parse exactly.
+    event: {
+      seq: BigInt(row.seq),
+      stream,
+      kind: row.kind,
+      key: row.key,
+      payload: JSON.parse(row.payload) as RelayMessage['event']['payload'],
+      payloadText: row.payload,
+      headers: JSON.parse(row.headers) as RelayMessage['event']['headers'],
+      headersText: row.headers,
+      occurredAt: row.occurred_at,
+    },
   }));
 }
 
@@ -166,7 +173,8 @@ async function plainPublish(url: string, run: number, messages: RelayMessage[]):
         h.set('Tidemark-Key', e.key);
         h.set('Tidemark-Occurred-At', e.occurredAt.toISOString());
         h.set('Tidemark-Headers', e.headersText);
-        for (const [name, value] of stringHeaders(e.headersText)) h.set(name, value);
+        // As the sink copies them: each own header whose value is a string.
+        for (const [name, value] of Object.entries(e.headers)) if (typeof value === 'string') h.set(name, value);
         return js.publish(`plain${run}.${e.stream}.${e.kind}`, e.payloadText, { msgID: m.id, headers: h });
       });
       await Promise.all(acks);

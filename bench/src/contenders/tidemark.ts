@@ -1,9 +1,5 @@
 import type pg from 'pg';
-import { StreamClient } from '../../consumer/stream-client.js';
-import { append, appendMany } from '../../outbox/append.js';
-import { migrate } from '../../schema/migrate.js';
-import { Watermarker } from '../../watermark/watermarker.js';
-import type { WatermarkerOptions } from '../../watermark/options.js';
+import { append, appendMany, migrate, StreamClient, Watermarker, type WatermarkerOptions } from 'tidemark';
 import { benchPool } from '../db.js';
 import { clientWriter, pause } from './common.js';
 import type { BenchEvent, Contender, PlainInsert } from './types.js';

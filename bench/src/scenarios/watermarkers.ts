@@ -1,7 +1,4 @@
-import { fenceKey } from '../../db/queryable.js';
-import { Watermarker } from '../../watermark/watermarker.js';
-import { LOOP_APPLICATION_NAME } from '../../watermark/loop.js';
-import { stepBucketMs } from '../../watermark/progress.js';
+import { fenceKey, stepBucketMs, Watermarker } from 'tidemark';
 import { benchPool } from '../db.js';
 import { Histogram } from '../histogram.js';
 import { runReferenceWatermarker } from '../contenders/baselines.js';
@@ -12,6 +9,8 @@ export const REFERENCE_SAFE_TABLE = 'bench_ref_safe';
 export const WATERMARKER_APP = 'tidemark-bench-watermarker';
 
 /** The application names of a watermarker's backends: its pool's, and the in-database loop's. */
+/** The in-database loop's session names itself so (README, Operations). */
+const LOOP_APPLICATION_NAME = 'tidemark-watermarker';
 export const WATERMARKER_APPS = [WATERMARKER_APP, LOOP_APPLICATION_NAME];
 
 /**

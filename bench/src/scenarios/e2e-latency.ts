@@ -1,7 +1,8 @@
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { DEFAULT_SCHEMA, notifyChannel, quoteIdent, wakeChannel } from '../../db/queryable.js';
+import { DEFAULT_SCHEMA, notifyChannel, wakeChannel } from 'tidemark';
+import { quoteIdent } from '../db.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
 import { epochMs } from '../load.js';

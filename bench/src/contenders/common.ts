@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { sleep } from '../../db/acquire.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { recordCommitted } from '../checker.js';
 import { benchPool } from '../db.js';
 import { ContenderUnavailable, type BatchHandler, type BenchEvent, type ConsumeOptions, type WriteOptions, type Writer } from './types.js';
@@ -9,7 +9,7 @@ export const POLL_MS = 5;
 
 /** Resolves after `ms`, or early (quietly) when `signal` aborts. */
 export async function pause(ms: number, signal?: AbortSignal): Promise<void> {
-  await sleep(ms, signal).catch(() => undefined);
+  await sleep(ms, undefined, { signal }).catch(() => undefined);
 }
 
 /** Imports an npm peer (a dev dependency) at run time, untyped on purpose, or says how to install it. */

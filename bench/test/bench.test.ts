@@ -3,12 +3,29 @@ import { after, test } from 'node:test';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { cli } from '../support/cli.js';
-import { closeAdmin, testDb } from '../support/db.js';
-import { check, installChecker } from '../../src/bench/checker.js';
-import type { BenchReport } from '../../src/bench/report.js';
+import { spawn } from 'node:child_process';
+import { closeAdmin, testDb } from '../../test/support/db.js';
+import { check, installChecker } from '../src/checker.js';
+import type { BenchReport } from '../src/report.js';
 
 const adminUrl = process.env.TIDEMARK_TEST_ADMIN_URL!;
+const root = new URL('../../', import.meta.url).pathname;
+
+/**
+ * Runs the bench as `npm run bench -- ...args` does once it has built the
+ * library (test/support/run.ts built it before any test started).
+ */
+function bench(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/src/cli.ts', ...args], { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
 
 after(closeAdmin);
 
@@ -26,10 +43,10 @@ test('the gap checker counts each kind of defect, and nothing in a clean deliver
   assert.deepEqual(await check(pool, 'faulty'), { committed: 6, delivered: 6, missing: 1, duplicated: 1, outOfOrder: 1, unexpected: 1 });
 });
 
-test('bench --quick: every scenario runs every contender, and tidemark shows no defect under gap torture', { timeout: 600_000 }, async (t) => {
+test('npm run bench -- --quick: every scenario runs every contender, and tidemark shows no defect under gap torture', { timeout: 600_000 }, async (t) => {
   const out = await mkdtemp(join(tmpdir(), 'tidemark-bench-'));
   t.after(() => rm(out, { recursive: true, force: true }));
-  const r = await cli(['bench', '--quick', '--out', out, '--no-progress'], { env: { DATABASE_URL: adminUrl } });
+  const r = await bench(['--quick', '--out', out, '--no-progress'], { DATABASE_URL: adminUrl });
   assert.equal(r.code, 0, r.stdout + r.stderr);
   const files = (await readdir(out)).sort();
   assert.equal(files.length, 2, files.join(', '));
@@ -74,12 +91,12 @@ test('bench refuses an unknown scenario or contender, or an unwritable --out, be
   const out = await mkdtemp(join(tmpdir(), 'tidemark-bench-'));
   t.after(() => rm(out, { recursive: true, force: true }));
   for (const args of [['--only', 'gap-torture,nope'], ['--contenders', 'tidemark,kafka'], ['--only', '']]) {
-    const r = await cli(['bench', '--quick', '--out', out, ...args], { env: { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' } });
+    const r = await bench(['--quick', '--out', out, ...args], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
     assert.equal(r.code, 2, r.stderr);
-    assert.match(r.stderr, /^tidemark: --(only|contenders): /m);
+    assert.match(r.stderr, /^bench: --(only|contenders): /m);
   }
   assert.deepEqual(await readdir(out), []);
-  const r = await cli(['bench', '--quick', '--out', '/dev/null/results'], { env: { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' } });
+  const r = await bench(['--quick', '--out', '/dev/null/results'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
   assert.equal(r.code, 2, r.stderr);
-  assert.match(r.stderr, /^tidemark: --out: cannot write results to "\/dev\/null\/results"/m);
+  assert.match(r.stderr, /^bench: --out: cannot write results to "\/dev\/null\/results"/m);
 });
