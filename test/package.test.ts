@@ -36,17 +36,58 @@ function satisfies(v: Version, range: string): boolean {
   );
 }
 
-test('every runtime dependency runs on the Node versions engines promises (no EBADENGINE at npm install)', async () => {
-  const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { engines: { node: string } };
-  const lock = JSON.parse(await readFile(new URL('../package-lock.json', import.meta.url), 'utf8')) as {
-    packages: Record<string, { dev?: boolean; optional?: boolean; engines?: { node?: string } }>;
+/** A lockfile entry: what npm install records of one installed package. */
+interface LockEntry {
+  dev?: boolean;
+  engines?: { node?: string };
+  dependencies?: Record<string, string>;
+  optionalDependencies?: Record<string, string>;
+}
+
+/**
+ * The lockfile paths of what `npm install tidemark` installs: the runtime
+ * dependencies and the optional peers (a user adds those for a feature),
+ * and theirs, resolved as Node does (a nested node_modules first). Not the
+ * development dependencies, nor the bench workspace's.
+ */
+function installed(packages: Record<string, LockEntry>, roots: string[]): string[] {
+  const seen = new Set<string>();
+  const visit = (from: string, name: string) => {
+    let at = from;
+    for (;;) {
+      const candidate = `${at ? `${at}/` : ''}node_modules/${name}`;
+      if (packages[candidate]) {
+        if (!seen.has(candidate)) {
+          seen.add(candidate);
+          const entry = packages[candidate]!;
+          for (const dep of Object.keys({ ...entry.dependencies, ...entry.optionalDependencies })) visit(candidate, dep);
+        }
+        return;
+      }
+      if (!at) return; // not installed (an optional dependency of another platform)
+      const i = at.lastIndexOf('/node_modules/');
+      at = i < 0 ? '' : at.slice(0, i);
+    }
   };
+  for (const name of roots) visit('', name);
+  return [...seen].sort();
+}
+
+test('every package npm install tidemark brings runs on the Node versions engines promises (no EBADENGINE at npm install)', async () => {
+  const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as {
+    engines: { node: string };
+    dependencies: Record<string, string>;
+    peerDependencies: Record<string, string>;
+  };
+  const lock = JSON.parse(await readFile(new URL('../package-lock.json', import.meta.url), 'utf8')) as { packages: Record<string, LockEntry> };
   assert.equal(pkg.engines.node, '>=20');
   const oldest = version('20.0.0');
   assert.ok(satisfies(oldest, pkg.engines.node));
-  const refusing = Object.entries(lock.packages)
-    .filter(([name, p]) => name !== '' && !p.dev && p.engines?.node !== undefined && !satisfies(oldest, p.engines.node))
-    .map(([name, p]) => `${name.replace(/^node_modules\//, '')} wants node ${p.engines!.node}`);
+  const paths = installed(lock.packages, [...Object.keys(pkg.dependencies), ...Object.keys(pkg.peerDependencies)]);
+  assert.ok(paths.includes('node_modules/pg') && paths.includes('node_modules/amqplib') && !paths.includes('node_modules/typescript'), paths.join(', '));
+  const refusing = paths
+    .filter((path) => lock.packages[path]!.engines?.node !== undefined && !satisfies(oldest, lock.packages[path]!.engines!.node!))
+    .map((path) => `${path.replace(/^node_modules\//, '')} wants node ${lock.packages[path]!.engines!.node}`);
   assert.deepEqual(refusing, []);
   // The reader itself: the forms it meets.
   assert.ok(satisfies(oldest, '^16 || ^18 || >=20') && satisfies(oldest, '>= 10.x') && !satisfies(oldest, '>= 22.x') && !satisfies(oldest, '^22'));

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, test, type TestContext } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import { jetstreamManager, StorageType, type JetStreamManager, type StoredMsg } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { streamEvent } from '../../src/consumer/exact-json.js';
@@ -9,6 +9,7 @@ import type { RelayMessage, SinkTarget } from '../../src/relay/sink.js';
 import { headerText, natsMessage } from '../../src/relay/sinks/nats/message.js';
 import { minimalFilters, subjectCovers, subjectField, subjectFilter } from '../../src/relay/sinks/nats/subject.js';
 import { NatsSink, type NatsSinkOptions } from '../../src/relay/sinks/nats/sink.js';
+import { loadNats } from '../../src/relay/sinks/nats/client.js';
 import { compileTemplate } from '../../src/relay/template.js';
 import { waitFor } from '../support/db.js';
 import { freePort, startNatsServer, type NatsServer } from '../support/nats-server.js';
@@ -81,6 +82,9 @@ async function rejectsWith(promise: Promise<unknown>, check: (err: SinkError) =>
   return caught;
 }
 
+
+// natsMessage uses the client packages, which a sink loads when it first connects.
+before(() => loadNats());
 test('publishes a batch pipelined: every message once, in seq order, with its subject, headers, id and body', async (t) => {
   const server = await startNatsServer(t);
   const jsm = await admin(t, server);

@@ -74,6 +74,10 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   };
   const { NatsSink } = nats ? await import('../../relay/sinks/nats/sink.js') : { NatsSink: undefined };
   const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq/sink.js') : { RabbitMqSink: undefined };
+  // The broker's client package (an optional peer dependency), now: missing,
+  // the command says which to install before it touches the database.
+  if (nats) await (await import('../../relay/sinks/nats/client.js')).loadNats();
+  else await (await import('../../relay/sinks/rabbitmq/client.js')).loadAmqp();
   const sink = configured<Sink>(() =>
     NatsSink
       ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs }))

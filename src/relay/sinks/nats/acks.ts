@@ -8,7 +8,8 @@
  * `"duplicate":true` for an id it already stored) or `{"error":{..}}`, and
  * the server answers 503 "no responders" when no stream takes the subject.
  */
-import { createInbox, type MsgHdrs, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import type { MsgHdrs, NatsConnection, Subscription } from '@nats-io/transport-node';
+import { nats } from './client.js';
 
 /** Why JetStream did not store a message. */
 export type AckFailure =
@@ -25,7 +26,7 @@ interface Waiter {
 const decoder = new TextDecoder();
 
 export class AckInbox {
-  private readonly prefix = createInbox();
+  private readonly prefix = nats().transport.createInbox();
   private readonly waiters = new Map<string, Waiter>();
   private readonly sub: Subscription;
   private next = 0;

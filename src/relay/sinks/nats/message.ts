@@ -13,7 +13,8 @@
  * families and whose value is a string a header carries as it is. Body:
  * the payload as PostgreSQL's JSON text, byte for byte, in UTF-8.
  */
-import { headers, type MsgHdrs } from '@nats-io/transport-node';
+import type { MsgHdrs } from '@nats-io/transport-node';
+import { nats } from './client.js';
 import { stringHeaders, type RelayMessage } from '../../sink.js';
 import type { Template } from '../../template.js';
 import { subjectField } from './subject.js';
@@ -39,7 +40,7 @@ const encoder = new TextEncoder();
 /** Builds the message for `message`, to `stream`, on the subject `subject` renders. */
 export function natsMessage(message: RelayMessage, stream: string, subject: Template): NatsMessage {
   const { event } = message;
-  const h = headers();
+  const h = nats().transport.headers();
   h.set('Nats-Msg-Id', message.id);
   h.set('Nats-Expected-Stream', stream);
   h.set('Tidemark-Seq', event.seq.toString());

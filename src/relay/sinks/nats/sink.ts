@@ -24,8 +24,8 @@
  * const relay = new Relay(pool, sink, { consumer: 'relay', streams: ['orders'] });
  * ```
  */
-import { connect, errors, type NatsConnection } from '@nats-io/transport-node';
-import { JetStreamApiError, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { loadNats, nats } from './client.js';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../../errors.js';
 import { checkKnownOptions, echoValue, integerOption } from '../../../options.js';
 import type { RelayMessage, Sink, SinkTarget } from '../../sink.js';
@@ -143,7 +143,7 @@ export class NatsSink implements Sink {
     const filters = minimalFilters(target.streams.map((s) => subjectFilter(this.subject, target.schema, s)));
     try {
       const { nc } = await abortable(this.connection(), signal);
-      const jsm = await abortable(jetstreamManager(nc, { timeout: this.ackTimeoutMs }), signal);
+      const jsm = await abortable(nats().jetstream.jetstreamManager(nc, { timeout: this.ackTimeoutMs }), signal);
       const plan = { stream: this.stream, filters, republishWithinMs: target.republishWithinMs, create: this.createStream, hosts: this.servers.hosts };
       const info = await abortable(openStream(jsm, plan), signal);
       this.maxMsgSize = info.config.max_msg_size ?? -1;
@@ -214,9 +214,11 @@ export class NatsSink implements Sink {
     this.link = undefined;
     await stale?.nc.close().catch(noop);
     const { servers, tls, user, pass, token } = this.servers;
+    const { transport } = await loadNats();
+    const { errors } = transport;
     let nc: NatsConnection;
     try {
-      nc = await connect({
+      nc = await transport.connect({
         servers,
         ...(tls ? { tls: {} } : {}),
         ...(user !== undefined ? { user, pass } : {}),
@@ -328,6 +330,7 @@ export class NatsSink implements Sink {
   /** A message the client would not send. */
   private sendError(err: unknown, o: Outgoing): SinkError {
     const at = `publishing the event seq ${o.seq} to ${o.subject}`;
+    const { errors } = nats().transport;
     if (err instanceof errors.InvalidArgumentError || err instanceof errors.InvalidSubjectError) {
       return new SinkError(this.name, `${at}: the client refused it (${firstLine(err)})`, { retryable: false, seq: o.seq, cause: err });
     }
@@ -342,7 +345,7 @@ export class NatsSink implements Sink {
         cause: err,
       });
     }
-    if (err instanceof JetStreamApiError) {
+    if (err instanceof nats().jetstream.JetStreamApiError) {
       return new SinkError(this.name, `JetStream refused the check of stream ${this.stream}: ${firstLine(err)} (error ${err.code})`, { retryable: err.status >= 500, cause: err });
     }
     return new SinkError(this.name, `checking stream ${this.stream} on ${this.servers.hosts}: ${firstLine(err)}`, { retryable: true, cause: err });

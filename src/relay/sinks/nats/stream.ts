@@ -4,8 +4,8 @@
  * relay can publish, and its duplicate window must outlast the relay's
  * republish bound, or a republished event could be stored twice.
  */
-import { JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
-import { errors } from '@nats-io/transport-node';
+import type { JetStreamManager, StreamInfo } from '@nats-io/jetstream';
+import { nats } from './client.js';
 import { SinkError } from '../../../errors.js';
 import { subjectCovers } from './subject.js';
 
@@ -51,7 +51,7 @@ async function widen(jsm: JetStreamManager, info: StreamInfo, plan: StreamPlan):
   try {
     return await jsm.streams.update(plan.stream, { subjects: [...subjects, ...missing] });
   } catch (err) {
-    if (!(err instanceof JetStreamApiError)) throw err;
+    if (!(err instanceof nats().jetstream.JetStreamApiError)) throw err;
     throw new SinkError(
       SINK,
       `JetStream stream ${plan.stream} could not take subject${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: ${firstLine(err)}; another stream may take ${missing.length > 1 ? 'them' : 'it'} (nats stream ls), or change the subject template`,
@@ -66,7 +66,7 @@ async function findOrCreate(jsm: JetStreamManager, plan: StreamPlan): Promise<St
   try {
     return await jsm.streams.info(stream);
   } catch (err) {
-    if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
+    if (!isApiError(err, nats().jetstream.JetStreamApiCodes.StreamNotFound)) throw err;
     if (!plan.create) {
       throw new SinkError(
         SINK,
@@ -77,7 +77,7 @@ async function findOrCreate(jsm: JetStreamManager, plan: StreamPlan): Promise<St
     }
   }
   try {
-    return await jsm.streams.add({ name: stream, subjects: filters, storage: StorageType.File, duplicate_window: createdWindowMs(plan.republishWithinMs) * 1e6 });
+    return await jsm.streams.add({ name: stream, subjects: filters, storage: nats().jetstream.StorageType.File, duplicate_window: createdWindowMs(plan.republishWithinMs) * 1e6 });
   } catch (err) {
     if (isApiError(err, STREAM_NAME_EXISTS)) return jsm.streams.info(stream); // another relay created it first
     throw err;
@@ -125,7 +125,7 @@ export function goDuration(ms: number): string {
 
 /** Whether `err` is JetStream's API error `code` (codes, not message text: they are stable). */
 export function isApiError(err: unknown, code: number): boolean {
-  return err instanceof JetStreamApiError && err.code === code;
+  return err instanceof nats().jetstream.JetStreamApiError && err.code === code;
 }
 
 /** The client's "JetStream not enabled": nobody answered the JetStream API, or the account has none. */
@@ -133,9 +133,9 @@ export function noJetStream(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const cause = err.cause;
   return (
-    (cause instanceof errors.RequestError && cause.isNoResponders()) ||
-    isApiError(cause, JetStreamApiCodes.JetStreamNotEnabledForAccount) ||
-    isApiError(err, JetStreamApiCodes.JetStreamNotEnabledForAccount)
+    (cause instanceof nats().transport.errors.RequestError && cause.isNoResponders()) ||
+    isApiError(cause, nats().jetstream.JetStreamApiCodes.JetStreamNotEnabledForAccount) ||
+    isApiError(err, nats().jetstream.JetStreamApiCodes.JetStreamNotEnabledForAccount)
   );
 }
 

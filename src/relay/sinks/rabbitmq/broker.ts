@@ -1,6 +1,7 @@
 /** The RabbitMQ sink's broker: its URL, parsed and checked, and the connection to it. */
 import { Duplex } from 'node:stream';
-import { connect, type ChannelModel, type Options } from 'amqplib';
+import type { ChannelModel, Options } from 'amqplib';
+import { loadAmqp } from './client.js';
 import { InvalidOptionsError, SinkError } from '../../../errors.js';
 import { echoValue, redactUrl } from '../../../options.js';
 import { NAME, REPLY, reason } from './protocol.js';
@@ -73,7 +74,9 @@ export function parseUrl(value: unknown): Broker {
 }
 
 /** Connects within `timeoutMs`; a connection that comes up later is destroyed. */
-export function connectBroker(broker: Broker, timeoutMs: number): Promise<ChannelModel> {
+export async function connectBroker(broker: Broker, timeoutMs: number): Promise<ChannelModel> {
+  // amqplib itself, first: missing, that is a MissingPackageError, not a failed connection.
+  const { connect } = await loadAmqp();
   return new Promise((resolve, reject) => {
     let late = false;
     const timer = setTimeout(() => {

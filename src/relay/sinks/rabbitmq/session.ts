@@ -1,5 +1,6 @@
 /** The RabbitMQ sink's connections and batches: one confirm channel shared by every stream's batches. */
-import { IllegalOperationError, type Channel, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib';
+import type { Channel, ChannelModel, ConfirmChannel, Message } from 'amqplib';
+import { amqp } from './client.js';
 import { SinkError } from '../../../errors.js';
 import { destroySocket, type Broker } from './broker.js';
 import type { Outgoing } from './message.js';
@@ -98,7 +99,7 @@ export class Session {
           writable = this.channel.publish(out.exchange, out.routingKey, out.content, out.options, (err: unknown) => this.confirmed(entry, err));
         } catch (err) {
           // A channel or connection already closing throws IllegalOperationError: retryable, unlike a message amqplib cannot encode.
-          const closing = err instanceof IllegalOperationError;
+          const closing = err instanceof amqp().IllegalOperationError;
           batch.fail(
             this.failure ??
               new SinkError(NAME, `seq ${out.seq}: amqplib ${closing ? 'could not send' : 'refused'} the message: ${reason(err)}`, { retryable: closing, seq: out.seq, cause: err }),
