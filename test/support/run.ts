@@ -9,7 +9,7 @@
  * temporary directory and removed afterwards.
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
@@ -17,6 +17,7 @@ import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../src/db/embedded.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { quoteIdent } from '../../src/db/queryable.js';
+import { TIERS, tierOf, type Tier } from './tiers.js';
 
 const root = new URL('../../', import.meta.url).pathname;
 
@@ -54,13 +55,23 @@ function withDatabase(url: string, database: string): string {
 
 async function main(): Promise<number> {
   // `--in DIR`: the test files under DIR instead of test/ (`npm run test:bench`: bench/test).
+  // `--tier unit|integration|e2e`: the files of that tier only (tierOf; `npm run test:unit` ...).
   const args = process.argv.slice(2);
-  const at = args.indexOf('--in');
-  const dir = at >= 0 ? args.splice(at, 2)[1] : 'test';
-  if (!dir) throw new Error('--in needs a directory');
+  const option = (name: string): string | undefined => {
+    const at = args.indexOf(name);
+    if (at < 0) return undefined;
+    const value = args.splice(at, 2)[1];
+    if (!value) throw new Error(`${name} needs a value`);
+    return value;
+  };
+  const dir = option('--in') ?? 'test';
+  const tier = option('--tier');
+  if (tier !== undefined && !TIERS.includes(tier as Tier)) throw new Error(`--tier: expected one of ${TIERS.join(', ')}, got ${tier}`);
   const filters = args;
   let files = await testFiles(join(root, dir));
   if (filters.length > 0) files = files.filter((f) => filters.some((x) => f.includes(x)));
+  const tiers = new Map(await Promise.all(files.map(async (f) => [f, tierOf(f, await readFile(join(root, f), 'utf8'))] as const)));
+  if (tier !== undefined) files = files.filter((f) => tiers.get(f) === tier);
   // TIDEMARK_TEST_EXCLUDE=a,b leaves out the files whose path contains a or b, and says so:
   // .ci/run runs the broker tests against one PostgreSQL only (they test the brokers' side).
   const excluded = (process.env.TIDEMARK_TEST_EXCLUDE ?? '').split(',').filter(Boolean);
@@ -75,6 +86,9 @@ async function main(): Promise<number> {
   }
 
   await build();
+  // Unit tests need no server: none is started, nor a template migrated.
+  if (files.every((f) => tiers.get(f) === 'unit')) return runFiles(files, {});
+
   // `npx tidemark`, as the README's commands run it (test/readme.test.ts
   // runs them as written), installs this checkout into npm's npx cache on
   // first use from a path, and that install runs the prepare script: a
@@ -108,21 +122,7 @@ async function main(): Promise<number> {
   await templatePool.end();
 
   try {
-    const concurrency = process.env.TIDEMARK_TEST_CONCURRENCY ?? '4';
-    const timeout = process.env.TIDEMARK_TEST_TIMEOUT_MS ?? '300000';
-    const code = await new Promise<number>((resolve) => {
-      const child = spawn(
-        process.execPath,
-        ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, '--test-reporter=spec', ...files],
-        {
-          cwd: root,
-          stdio: 'inherit',
-          env: { ...process.env, TIDEMARK_TEST_ADMIN_URL: adminUrl, TIDEMARK_TEST_TEMPLATE: template },
-        },
-      );
-      child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));
-    });
-    return code;
+    return await runFiles(files, { TIDEMARK_TEST_ADMIN_URL: adminUrl, TIDEMARK_TEST_TEMPLATE: template });
   } finally {
     // Drop the template and any database a crashed test left behind.
     const leftovers = await admin.query<{ datname: string }>(
@@ -136,6 +136,20 @@ async function main(): Promise<number> {
     await embedded?.stop();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   }
+}
+
+/** Runs `files` under node's test runner, in parallel; resolves with its exit code. */
+function runFiles(files: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const concurrency = process.env.TIDEMARK_TEST_CONCURRENCY ?? '4';
+  const timeout = process.env.TIDEMARK_TEST_TIMEOUT_MS ?? '300000';
+  return new Promise<number>((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, '--test-reporter=spec', ...files],
+      { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } },
+    );
+    child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));
+  });
 }
 
 main().then(
