@@ -4,7 +4,7 @@ import { openSync, closeSync } from 'node:fs';
 import { after, test } from 'node:test';
 import { Watermarker } from '../../src/index.js';
 import { closeAdmin, testDb, type TestDb } from '../support/db.js';
-import { cliBin, cliShell, exited, startCli } from '../support/cli.js';
+import { cliShell, exited, startCli } from '../support/cli.js';
 
 after(closeAdmin);
 
@@ -37,10 +37,8 @@ test('tail --once to a full disk exits 1 with one line and leaves the cursor whe
   const db = await testDb(t);
   await seed(db, 50);
   const full = openSync('/dev/full', 'w');
-  const child = spawn(process.execPath, [cliBin, 'tail', '--consumer', 'c', '--stream', 's', '--once', '--batch', '20'], {
-    env: { ...process.env, DATABASE_URL: db.url },
-    stdio: ['ignore', full, 'pipe'],
-  });
+  const child = startCli(['tail', '--consumer', 'c', '--stream', 's', '--once', '--batch', '20'], { env: { DATABASE_URL: db.url }, stdout: full });
+  child.stdin!.end();
   closeSync(full);
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));

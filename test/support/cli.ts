@@ -22,12 +22,18 @@ function env(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { ...base, ...extra };
 }
 
-/** Starts `tidemark ...args`; the caller owns the process. */
-export function startCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): ChildProcess {
+/**
+ * Starts `tidemark ...args`; the caller owns the process. `detached`: as
+ * the leader of a process group of its own, as a shell starts a foreground
+ * job (`process.kill(-child.pid, 'SIGINT')` then acts as Ctrl-C).
+ */
+export function startCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; detached?: boolean; stdout?: number } = {}): ChildProcess {
   return spawn(process.execPath, [cliBin, ...args], {
     env: env(options.env ?? {}),
     cwd: options.cwd,
-    stdio: ['pipe', 'pipe', 'pipe'],
+    // `stdout`: a file descriptor of the caller's (a test writing to /dev/full).
+    stdio: ['pipe', options.stdout ?? 'pipe', 'pipe'],
+    detached: options.detached ?? false,
   });
 }
 

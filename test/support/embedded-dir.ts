@@ -4,14 +4,14 @@
  * outside: its postmaster.pid, whether its process lives, whether its port
  * answers.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
-import { cliBin } from './cli.js';
+import { startCli } from './cli.js';
 
 /** A postmaster as its postmaster.pid describes it. */
 export interface Postmaster {
@@ -80,8 +80,7 @@ export async function privateDir(t: TestContext): Promise<string> {
  * the group.
  */
 export function startCliGroup(args: string[], cwd: string): ChildProcess {
-  const { DATABASE_URL: _ignored, ...env } = process.env;
-  return spawn(process.execPath, [cliBin, ...args], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  return startCli(args, { cwd, detached: true });
 }
 
 /** The shared server's data directory under `cwd`. */
