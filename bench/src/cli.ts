@@ -46,7 +46,8 @@ async function openServer(url: string | undefined): Promise<{ url: string; close
 async function bench(options: BenchOptions, argv: string[]): Promise<void> {
   const only = list(options.only, Object.keys(SCENARIOS), '--only');
   const contenders = list(options.contenders, CONTENDER_IDS, '--contenders');
-  const outDir = resolve(options.out);
+  // Relative to where `npm run bench` was typed (npm runs the workspace's script in bench/).
+  const outDir = resolve(process.env.INIT_CWD ?? process.cwd(), options.out);
   // Checked before the run, not after ten minutes of it.
   try {
     await mkdir(outDir, { recursive: true });
