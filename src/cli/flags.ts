@@ -50,6 +50,7 @@ export function checkFlags(options: Record<string, unknown>): void {
 const FLAGS: Record<string, string> = {
   leaseTtlMs: '--lease-ttl',
   leaseRenewMs: '--lease-renew',
+  maxStepsPerSecond: '--max-steps-per-second',
   retentionMs: '--retention',
   allowShortRetention: '--allow-short-retention',
   intervalMs: '--prune-interval',

@@ -115,6 +115,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--owner <name>', 'lease owner / heartbeat name (default: host:pid:random)')
     .option('--lease-ttl <duration>', 'watermarker lease TTL', '10s')
     .option('--lease-renew <duration>', 'lease renewal interval, below half the TTL (default: TTL/3)')
+    .option('--max-steps-per-second <n>', 'watermarker step budget: more publishes sooner under load, at more CPU (default: 100)')
     .option('--retention <duration>', 'pruner: delete events older than this', '7d')
     .option('--prune-interval <duration>', 'pruner: pause between passes', '1m')
     .option('--allow-short-retention', 'accept a retention below 1h')

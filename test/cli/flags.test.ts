@@ -68,6 +68,19 @@ test('duration messages speak the flag and the value as given, not milliseconds'
   assert.equal(r.stderr, 'tidemark: --poll: must be at least 1ms, got "0s"\n');
 });
 
+test('--max-steps-per-second takes a positive integer up to the library bound, refused in the flag\'s terms before connecting', async () => {
+  const url = `postgres://postgres@127.0.0.1:${await freePort()}/app`;
+  for (const [value, message] of [
+    ['0', 'tidemark: --max-steps-per-second: expected a positive integer, got "0"\n'],
+    ['1e3', 'tidemark: --max-steps-per-second: expected a positive integer, got "1e3"\n'],
+    ['200000', 'tidemark: --max-steps-per-second: expected an integer between 1 and 100000, got 200000\n'],
+  ]) {
+    const r = await cli(['serve', '--roles', 'watermarker', '--max-steps-per-second', value!, '--database-url', url]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.stderr, message);
+  }
+});
+
 test('a bare number is not a duration: it could be milliseconds or seconds', async () => {
   assert.equal(failure(() => parseDuration('5', '--poll')), '--poll: "5" has no unit; write 5ms or 5s (units: ms, s, m, h, d)');
   assert.equal(failure(() => parseDuration('2.5', '--lease-ttl')), '--lease-ttl: "2.5" has no unit; write 2.5ms or 2.5s (units: ms, s, m, h, d)');

@@ -14,11 +14,15 @@ async function lease(db: TestDb): Promise<{ owner: string | null; expires: Date 
 test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the lease at once', async (t) => {
   const db = await testDb(t);
   const env = { DATABASE_URL: db.url };
-  const child = startCli(['serve', '--roles', 'watermarker,pruner', '--http', '127.0.0.1:0', '--owner', 'node-a', '--lease-ttl', '60s'], { env });
+  const child = startCli(['serve', '--roles', 'watermarker,pruner', '--http', '127.0.0.1:0', '--owner', 'node-a', '--lease-ttl', '60s', '--max-steps-per-second', '250'], { env });
   t.after(() => child.kill('SIGKILL'));
   const stderr = watchStderr(child);
   const [, address] = await stderr.next(/http on (\S+) /);
   await stderr.next(/lease acquired: active/);
+  // The step budget reaches the loop in PostgreSQL.
+  const call = await waitFor('the loop running', async () =>
+    (await db.observer.query<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE application_name = 'tidemark-watermarker' AND query LIKE 'CALL %'`)).rows[0]?.query);
+  assert.match(call, /p_max_steps_per_second => 250\b/);
 
   await cli(['append', '--stream', 'orders', '--kind', 'k', '--key', 'x'], { env });
   await waitFor('safe_seq to advance', async () => (await safeSeq(db.observer)) === 1n);

@@ -4,7 +4,7 @@ import { resolvePrunerOptions, type PrunerOptions } from '../../retention/option
 import { Watermarker } from '../../watermark/watermarker.js';
 import { resolveWatermarkerOptions, type WatermarkerOptions } from '../../watermark/options.js';
 import { createMetrics } from '../../observability/metrics.js';
-import { configured, openDatabase, type GlobalOptions } from '../context.js';
+import { configured, openDatabase, positiveInt, type GlobalOptions } from '../context.js';
 import { CliError, EXIT } from '../cli-error.js';
 import { explain } from '../explain.js';
 import { parseDuration } from '../duration.js';
@@ -21,6 +21,7 @@ export interface ServeCommandOptions extends GlobalOptions, RelayFlags {
   http?: string;
   owner?: string;
   leaseTtl?: string;
+  maxStepsPerSecond?: string;
   leaseRenew?: string;
   retention?: string;
   pruneInterval?: string;
@@ -72,6 +73,7 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
     owner: options.owner,
     leaseTtlMs: parseDuration(options.leaseTtl ?? '10s', '--lease-ttl'),
     leaseRenewMs: options.leaseRenew === undefined ? undefined : parseDuration(options.leaseRenew, '--lease-renew'),
+    maxStepsPerSecond: options.maxStepsPerSecond === undefined ? undefined : positiveInt(options.maxStepsPerSecond, '--max-steps-per-second'),
   };
   const prunerOptions: PrunerOptions = {
     schema: options.schema,
