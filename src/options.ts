@@ -40,6 +40,40 @@ export async function importOptional<T>(packageName: string, feature: string, lo
   }
 }
 
+/**
+ * What {@link loadOnce} returns: `load()` resolves to the value, loading it
+ * the first time (and again after a failed attempt); `get()` is the value
+ * once a load has resolved, and throws before (a caller that uses it must
+ * have awaited `load()` on the way: a sink's connection does).
+ */
+export interface LoadedOnce<T> {
+  load(): Promise<T>;
+  get(): T;
+}
+
+/** Loads a value (optional packages: see {@link importOptional}) on first use and keeps it. `what` names it in `get()`'s error. */
+export function loadOnce<T>(what: string, load: () => Promise<T>): LoadedOnce<T> {
+  let value: { loaded: T } | undefined;
+  let loading: Promise<T> | undefined;
+  return {
+    load: () => {
+      if (value) return Promise.resolve(value.loaded);
+      loading ??= load().then(
+        (loaded) => (value = { loaded }).loaded,
+        (err: unknown) => {
+          loading = undefined;
+          throw err;
+        },
+      );
+      return loading;
+    },
+    get: () => {
+      if (!value) throw new Error(`tidemark: ${what} used before it was loaded`);
+      return value.loaded;
+    },
+  };
+}
+
 /** How many characters of a rejected value an error message quotes. */
 export const ECHO_LIMIT = 80;
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import pg from 'pg';
 import { createMetrics, createPool, InvalidOptionsError, MissingPackageError, migrate, StreamClient, Watermarker } from '../src/index.js';
-import { importOptional, redactUrl, retryOptions } from '../src/options.js';
+import { importOptional, loadOnce, redactUrl, retryOptions } from '../src/options.js';
 import { closeAdmin, testDb } from './support/db.js';
 
 after(closeAdmin);
@@ -62,6 +62,25 @@ test('importOptional: a package that is not installed is a MissingPackageError n
   const inside = Object.assign(new Error("Cannot find package 'something-it-needs'"), { code: 'ERR_MODULE_NOT_FOUND' });
   await assert.rejects(importOptional('fast-check', 'a feature', () => Promise.reject(inside)), (err) => err === inside);
   assert.equal(typeof (await importOptional<{ assert: unknown }>('fast-check', 'a feature')).assert, 'function');
+});
+
+test('loadOnce: loads on the first call only, concurrent callers share it, a failure is tried again, and get() needs a load first', async () => {
+  let calls = 0;
+  let fail = true;
+  const once = loadOnce('the thing', async () => {
+    calls += 1;
+    if (fail) throw new Error('not yet');
+    return { n: calls };
+  });
+  assert.throws(() => once.get(), /^Error: tidemark: the thing used before it was loaded$/);
+  await assert.rejects(Promise.all([once.load(), once.load()]), /not yet/);
+  assert.equal(calls, 1, 'concurrent callers share one attempt');
+  fail = false;
+  const [a, b] = await Promise.all([once.load(), once.load()]);
+  assert.equal(a, b);
+  assert.deepEqual(once.get(), { n: 2 });
+  await once.load();
+  assert.equal(calls, 2, 'loaded once, kept');
 });
 
 test('retryOptions: the defaults, the bounds, and a maximum below the minimum refused by name', () => {
