@@ -9,6 +9,8 @@ export interface BenchContext {
   server: BenchServer;
   quick: boolean;
   contenders: Contender[];
+  /** The reference rows asked for (run.ts REFERENCE_IDS): all, unless --contenders names some. */
+  references: string[];
   progress: Progress;
   /** Scale a duration: the quick value or the full one. */
   pick<T>(quick: T, full: T): T;

@@ -26,7 +26,14 @@ export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioRe
   relay: relayScenario,
 };
 
-export const CONTENDER_IDS = allContenders().map((c) => c.id);
+/**
+ * Reference rows that are not contenders: measured in one scenario only, on
+ * a server of their own. `logical`: logical decoding, the physical limit of
+ * end-to-end latency (a server with wal_level=logical; e2e-latency).
+ */
+export const REFERENCE_IDS = ['logical'];
+
+export const CONTENDER_IDS = [...allContenders().map((c) => c.id), ...REFERENCE_IDS];
 
 export interface BenchOptions {
   /** A server URL whose role may create databases. */
@@ -80,6 +87,7 @@ export async function runBench(options: BenchOptions): Promise<BenchOutcome> {
       server,
       quick: options.quick,
       contenders: wanted.filter((c) => !unavailable.has(c.id)),
+      references: REFERENCE_IDS.filter((id) => !options.contenders || options.contenders.includes(id)),
       progress,
       pick: (quick, full) => (options.quick ? quick : full),
     };

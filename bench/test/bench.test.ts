@@ -78,6 +78,16 @@ test('npm run bench -- --quick: every scenario runs every contender, and tidemar
   // Whether a faulty baseline lost an event in this short run is a race; that
   // the checker sees each kind of defect is tested below, deterministically.
 
+  // End to end: tidemark's closed-loop row with its commit→safe_seq goal, and the
+  // physical-limit row, logical decoding on a server of its own, every event streamed.
+  const e2e = report.scenarios.find((s) => s.id === 'e2e-latency')!;
+  assert.ok(e2e.rows.some((row) => row[0] === 'tidemark' && row[1] === 'closed loop, 8 writers'));
+  assert.ok(e2e.goals.some((g) => g.goal.includes('commit→safe_seq') && /ms/.test(g.measured)));
+  const logical = e2e.rows.filter((row) => String(row[0]).startsWith('physical limit: logical decoding'));
+  assert.equal(logical.length, 1, JSON.stringify(e2e.notes));
+  assert.ok((logical[0]![e2e.columns.indexOf('achieved events/s')] as number) > 0);
+  assert.equal(logical[0]![e2e.columns.indexOf('undelivered')], 0);
+
   // Goals are listed with a figure each, in the JSON, the markdown and the printed summary.
   const goals = report.scenarios.flatMap((s) => s.goals);
   assert.ok(goals.length >= 10, String(goals.length));

@@ -9,6 +9,8 @@ import { epochMs } from '../load.js';
 import type { Contender } from '../contenders/types.js';
 import type { Goal, ScenarioResult } from '../report.js';
 import { spawnWorker } from '../worker.js';
+import { naiveContender } from '../contenders/baselines.js';
+import { startLogicalServer, streamInserts } from '../logical.js';
 
 /** Above this offered rate, events are batched into transactions (see the method note). */
 const MAX_TX_PER_SEC = 1000;
@@ -63,29 +65,13 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       for (const [i, rate] of rates.entries()) {
         ctx.progress.step(`end-to-end latency: ${contender.id} at ${rate} events/s`);
         const perTx = Math.max(1, Math.ceil(rate / MAX_TX_PER_SEC));
-        const child = spawnWorker(['write', contender.id, url, '8', String(rate / perTx), String(perTx), String(windowMs), String((i + 1) * 1e8), `r${rate}-`]);
-        const [report] = (await once(child, 'message')) as [WriteReport];
-        await once(child, 'exit').catch(() => undefined);
-        await settle(
-          async () => {
-            let left = 0;
-            for (const [id] of report.commits) if (!received.has(id)) left += 1;
-            return { done: left === 0, progress: left };
-          },
-          ctx.pick(1500, 3000),
-          ctx.pick(4000, 10000),
+        const { report, summary: s, undelivered, achieved } = await measureWindow(
+          ctx,
+          [contender.id, url, '8', String(rate / perTx), String(perTx), String(windowMs), String((i + 1) * 1e8), `r${rate}-`],
+          received,
         );
-        const h = new Histogram();
-        let undelivered = 0;
-        for (const [id, at] of report.commits) {
-          const got = received.get(id);
-          if (got === undefined) undelivered += 1;
-          else h.recordMs(Math.max(0, got - at));
-        }
-        const s = h.summary();
         if (publications) notes.push(breakdown(`${contender.title} at ${rate} events/s`, report.commits, seqs, received, publications.heard));
         publications?.heard.splice(0);
-        const achieved = (report.result.committedEvents / report.result.elapsedMs) * 1000;
         rows.push([contender.title, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
         if (report.result.errors > 0) notes.push(`${contender.title} at ${rate}/s: ${report.result.errors} writer errors (${report.result.firstError})`);
         if (contender.id === 'tidemark' && rate === 5000) {
@@ -94,6 +80,27 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
         if (contender.id === 'tidemark' && rate === 100) {
           goals.push({ goal: 'end-to-end: tidemark commit→handler p50 at 100 events/s', target: '<= 3 ms', measured: `${s.p50.toFixed(2)} ms`, met: s.p50 <= 3 });
         }
+      }
+      if (contender.id === 'tidemark') {
+        // Writers as fast as they go: how closely safe_seq follows commits when the fence is never free for long.
+        ctx.progress.step('end-to-end latency: tidemark under 8 closed-loop writers');
+        publications?.heard.splice(0);
+        const { report, summary: s, undelivered, achieved } = await measureWindow(
+          ctx,
+          [contender.id, url, '8', '0', '1', String(windowMs), String(SATURATED_ID_BASE), 'sat-'],
+          received,
+        );
+        rows.push([contender.title, 'closed loop, 8 writers', 1, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+        const title = `${contender.title} under 8 closed-loop writers (${achieved.toFixed(0)} events/s)`;
+        const split = splitAtPublication(report.commits, seqs, received, publications!.heard);
+        notes.push(breakdownText(title, split, report.commits.length, publications!.heard.length));
+        const p = split.toPublication.summary();
+        goals.push({
+          goal: 'end-to-end: tidemark commit→safe_seq p99 under 8 closed-loop writers',
+          target: '<= 10 ms',
+          measured: `${p.p99.toFixed(2)} ms (p50 ${p.p50.toFixed(2)}, ${achieved.toFixed(0)} events/s)`,
+          met: p.p99 <= 10,
+        });
       }
       if (IDLE_PROBED.has(contender.id)) {
         ctx.progress.step(`end-to-end latency: ${contender.id}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle, ${probes} times`);
@@ -118,6 +125,13 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       await pool.end();
     }
   }
+  if (ctx.references.includes('logical')) {
+    const logical = await logicalDecodingRows(ctx, rates, windowMs).catch((err: Error) => {
+      notes.push(`logical decoding (the physical-limit row) could not run: ${err.message}`);
+      return [];
+    });
+    rows.push(...logical);
+  }
   if (goals.length === 0 && ctx.contenders.some((c) => c.id === 'tidemark')) {
     goals.push({ goal: 'end-to-end: tidemark commit→handler p99 at 5,000 events/s', target: '<= 25 ms', measured: 'not run at 5,000/s (--quick)', met: null });
   }
@@ -129,13 +143,44 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       'one connection\'s BEGIN, INSERT, COMMIT with a synchronous commit cannot go much faster here, for any contender); latency from COMMIT returning in the writer to the handler running. ' +
       'Contenders run one after another. "achieved" is what the writers committed; an offered rate a contender cannot sustain shows there. ' +
       "For tidemark, the notes split each event's latency at the publication that first covered it, as a listener of the bench's own heard it. " +
-      `Idle rows (tidemark and the naive poller): ${probes} times, nothing written for a random ${idleMs[0] / 1000}-${idleMs[1] / 1000} s, then one event in a transaction of its own, from the bench's process.`,
+      `Idle rows (tidemark and the naive poller): ${probes} times, nothing written for a random ${idleMs[0] / 1000}-${idleMs[1] / 1000} s, then one event in a transaction of its own, from the bench's process. ` +
+      `Closed loop (tidemark): the same 8 writers as fast as they commit, one event per transaction, ${windowMs / 1000} s; its note and goal give commit→safe_seq (the publication, as the bench's listener heard it). ` +
+      'Physical limit: logical decoding on a server of its own started with wal_level=logical (the embedded PostgreSQL, whatever server the contenders use), ' +
+      'the same writers and table as the naive poller, a test_decoding slot streamed over the replication protocol (as pg_recvlogical does) into the bench process; latency from COMMIT returning to the INSERT arriving.',
     columns: ['contender', 'offered events/s', 'events/tx', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered'],
     rows,
     notes,
     goals,
     elapsedMs: performance.now() - t0,
   };
+}
+
+/** One window of load from the write worker (`args`), then its events' commit -> arrival latencies. */
+async function measureWindow(
+  ctx: BenchContext,
+  args: string[],
+  received: Map<number, number>,
+): Promise<{ report: WriteReport; summary: ReturnType<Histogram['summary']>; undelivered: number; achieved: number }> {
+  const child = spawnWorker(['write', ...args]);
+  const [report] = (await once(child, 'message')) as [WriteReport];
+  await once(child, 'exit').catch(() => undefined);
+  await settle(
+    async () => {
+      let left = 0;
+      for (const [id] of report.commits) if (!received.has(id)) left += 1;
+      return { done: left === 0, progress: left };
+    },
+    ctx.pick(1500, 3000),
+    ctx.pick(4000, 10000),
+  );
+  const h = new Histogram();
+  let undelivered = 0;
+  for (const [id, at] of report.commits) {
+    const got = received.get(id);
+    if (got === undefined) undelivered += 1;
+    else h.recordMs(Math.max(0, got - at));
+  }
+  return { report, summary: h.summary(), undelivered, achieved: (report.result.committedEvents / report.result.elapsedMs) * 1000 };
 }
 
 /**
@@ -218,14 +263,17 @@ function wakeSplit(commits: [number, number][], seqs: Map<number, bigint>, heard
   return `wake-up→publication p50 ${a.p50.toFixed(2)} / p99 ${a.p99.toFixed(2)} ms (${woken.length} wake-ups heard; ${unsplit} probes not split)`;
 }
 
-/**
- * Where one rate's milliseconds went, per event: from its COMMIT to the
- * publication that first covered it (heard by the bench's listener: the
- * watermarker noticing, stepping and committing, and the notification's
- * trip), and from that publication to its handler (the consumer waking,
- * reading the page, calling the handler).
- */
-function breakdown(title: string, commits: [number, number][], seqs: Map<number, bigint>, received: Map<number, number>, heard: [bigint, number][]): string {
+/** Each event's latency split at the publication that first covered it. */
+interface PublicationSplit {
+  /** COMMIT -> the publication, heard by the bench's listener: the watermarker noticing, stepping and committing, and the notification's trip. */
+  toPublication: Histogram;
+  /** The publication -> the handler: the consumer waking, reading the page, calling the handler. */
+  toHandler: Histogram;
+  /** Events delivered before their publication was heard (or whose publication was skipped): not split. */
+  unheard: number;
+}
+
+function splitAtPublication(commits: [number, number][], seqs: Map<number, bigint>, received: Map<number, number>, heard: [bigint, number][]): PublicationSplit {
   const toPublication = new Histogram();
   const toHandler = new Histogram();
   let unheard = 0;
@@ -243,17 +291,71 @@ function breakdown(title: string, commits: [number, number][], seqs: Map<number,
     }
     const published = heard[lo]?.[1];
     if (published === undefined || published > handled) {
-      unheard += 1; // delivered before its notification was heard (or one skipped): no split
+      unheard += 1;
       continue;
     }
     toPublication.recordMs(Math.max(0, published - at));
     toHandler.recordMs(handled - published);
   }
-  const a = toPublication.summary();
-  const b = toHandler.summary();
+  return { toPublication, toHandler, unheard };
+}
+
+function breakdownText(title: string, split: PublicationSplit, events: number, publications: number): string {
+  const a = split.toPublication.summary();
+  const b = split.toHandler.summary();
   const ms = (x: number) => x.toFixed(2);
   return (
     `${title}: commit→publication p50 ${ms(a.p50)} / p99 ${ms(a.p99)} ms, publication→handler p50 ${ms(b.p50)} / p99 ${ms(b.p99)} ms ` +
-    `(${heard.length} publications, ${(commits.length / Math.max(1, heard.length)).toFixed(1)} events each; ${unheard} events not split)`
+    `(${publications} publications, ${(events / Math.max(1, publications)).toFixed(1)} events each; ${split.unheard} events not split)`
   );
 }
+
+/** Where one rate's milliseconds went, per event (splitAtPublication), as a note. */
+function breakdown(title: string, commits: [number, number][], seqs: Map<number, bigint>, received: Map<number, number>, heard: [bigint, number][]): string {
+  return breakdownText(title, splitAtPublication(commits, seqs, received, heard), commits.length, heard.length);
+}
+
+/** Ids of the closed-loop phase's events: above every rate's, below the idle probes'. */
+const SATURATED_ID_BASE = 800_000_000;
+
+/**
+ * The physical-limit rows: the naive poller's writers and table on a server
+ * with wal_level=logical, each INSERT streamed from a test_decoding slot.
+ */
+async function logicalDecodingRows(ctx: BenchContext, rates: number[], windowMs: number): Promise<(string | number | null)[][]> {
+  ctx.progress.step('end-to-end latency: logical decoding (starting a server with wal_level=logical)');
+  const server = await startLogicalServer();
+  const rows: (string | number | null)[][] = [];
+  try {
+    const pool = new pg.Pool({ connectionString: server.url, max: 2 });
+    try {
+      await naiveContender.install(pool);
+    } finally {
+      await pool.end();
+    }
+    const received = new Map<number, number>();
+    const stream = await streamInserts(server.url, 'bench_e2e', (row) => {
+      const id = /"id": (\d+)/.exec(row)?.[1];
+      if (id !== undefined && !received.has(Number(id))) received.set(Number(id), epochMs());
+    });
+    try {
+      for (const [i, rate] of rates.entries()) {
+        ctx.progress.step(`end-to-end latency: logical decoding at ${rate} events/s`);
+        const perTx = Math.max(1, Math.ceil(rate / MAX_TX_PER_SEC));
+        const { summary: s, undelivered, achieved } = await measureWindow(
+          ctx,
+          [naiveContender.id, server.url, '8', String(rate / perTx), String(perTx), String(windowMs), String((i + 1) * 1e8), `r${rate}-`],
+          received,
+        );
+        rows.push([LOGICAL_TITLE, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+      }
+    } finally {
+      await stream.close();
+    }
+  } finally {
+    await server.stop();
+  }
+  return rows;
+}
+
+const LOGICAL_TITLE = 'physical limit: logical decoding (test_decoding slot, own server, wal_level=logical)';
