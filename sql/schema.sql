@@ -1186,6 +1186,7 @@ DECLARE
   v_due boolean;
   v_defer boolean := false;
   v_defer_end timestamptz;
+  v_until timestamptz;
   v_wake_until bigint;
   v_sleep boolean;
   v_disarmed boolean := false;
@@ -1195,7 +1196,27 @@ BEGIN
   -- A statement holds a snapshot while it runs: the sleep holds back the
   -- xmin horizon by no more than its length.
   IF r.sleep_s > 0 THEN
-    PERFORM pg_catalog.pg_sleep(r.sleep_s);
+    IF r.defer_since IS NOT NULL THEN
+      -- The turn before put a step off while a writer held the fence (a
+      -- step clears defer_since): wait for the fence to be free, tried
+      -- every 1.1 ms (the exclusive try-lock, released in the same
+      -- expression, never queued), until the planned end at the latest.
+      -- This transaction has taken no lock and no xid; each try is a
+      -- wake-up and a lock request, not a turn (a turn's new transaction
+      -- prepares every expression of this function again). No new
+      -- attribute of the state marks the wait: a run started before this
+      -- version was installed goes on with its old state.
+      v_until := pg_catalog.clock_timestamp() + r.sleep_s * interval '1 second';
+      LOOP
+        -- 0.9 ms: pg_sleep waits whole milliseconds, and one asked for
+        -- exactly 1 ms often waits 2.
+        PERFORM pg_catalog.pg_sleep(least(0.0009, extract(epoch FROM v_until - pg_catalog.clock_timestamp())));
+        EXIT WHEN pg_catalog.clock_timestamp() >= v_until
+               OR CASE WHEN pg_catalog.pg_try_advisory_lock((-8344625403455539058)::bigint) THEN pg_catalog.pg_advisory_unlock((-8344625403455539058)::bigint) ELSE false END;
+      END LOOP;
+    ELSE
+      PERFORM pg_catalog.pg_sleep(r.sleep_s);
+    END IF;
   END IF;
   r.sleep_s := NULL;
   v_t0 := pg_catalog.clock_timestamp();
@@ -1456,7 +1477,15 @@ BEGIN
   -- The next turn sleeps, after the shell's COMMIT; never in this
   -- transaction: a look's holds the sequence's RowExclusiveLock (ALTER
   -- SEQUENCE, and the writers queued behind it, would wait for the sleep).
-  -- Not past the run's end, nor past the lease renewal.
+  -- Not past the run's end, nor past the lease renewal. A step put off
+  -- waits for the fence to be free (at the next turn's start) until the
+  -- deferral's end, and no later than the lease is due to be read again
+  -- (above: every p_poll_max_ms while no step runs; this turn read it if
+  -- it was due), so the stop request is seen as soon as before.
+  IF v_defer THEN
+    r.delay_ms := greatest(r.delay_ms, extract(epoch FROM
+      least(v_defer_end, r.lease_seen_at + r.poll_max_ms * interval '1 millisecond') - pg_catalog.clock_timestamp()) * 1000);
+  END IF;
   r.delay_ms := greatest(r.delay_ms, extract(epoch FROM r.not_before - pg_catalog.clock_timestamp()) * 1000);
   IF r.delay_ms > 0 THEN
     r.sleep_s := least(r.delay_ms, extract(epoch FROM least(r.deadline, r.renew_at) - pg_catalog.clock_timestamp()) * 1000) / 1000;

@@ -29,8 +29,10 @@ interface Mutant {
 
 /** The current watermark step (version 7 replaced version 4's). */
 const STEP = 'sql/migrations/0007_fixed_search_path.sql';
-/** The current loop and fence trigger (version 8 replaced version 7's). */
+/** The loop's procedure and the writers' fence trigger (version 8 replaced version 7's). */
 const LOOP = 'sql/migrations/0008_wake.sql';
+/** The current turn of the loop (version 12 replaced version 8's). */
+const TICK = 'sql/migrations/0012_fence_wait.sql';
 const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 const MUTANTS: Mutant[] = [
@@ -295,7 +297,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'idle-stop-request',
     what: 'look without checking the lease: an idle loop misses the stop request',
-    file: LOOP,
+    file: TICK,
     find: 'r.lease_owner, r.lease_expires_at FROM {{schema}}.watermark x;\n      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
     replace: 'r.lease_owner, r.lease_expires_at FROM {{schema}}.watermark x;\n      IF false THEN',
     tests: ['watermark/loop'],
@@ -344,7 +346,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'loop-unset-idle',
     what: 'the loop never steps while the sequence has handed out nothing since it was set',
-    file: LOOP,
+    file: TICK,
     find: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;",
     replace: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    v_raw := r.safe_seq;",
     tests: ['watermark/step'],
@@ -352,7 +354,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'loop-unset-busy',
     what: 'the loop steps on every look while the sequence has handed out nothing since it was set',
-    file: LOOP,
+    file: TICK,
     find: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    SELECT q.last_value - 1 INTO v_raw FROM {{schema}}.events_seq_seq q;",
     replace: "\n  IF v_raw IS NULL AND pg_catalog.has_sequence_privilege('{{schema}}.events_seq_seq', 'SELECT') THEN\n    v_raw := NULL;",
     tests: ['watermark/step'],
@@ -380,7 +382,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-never',
     what: 'step at once on a number whose writer still holds the fence',
-    file: LOOP,
+    file: TICK,
     find: '    v_defer := NOT CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}})\n                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
     replace: '    v_defer := false;',
     tests: ['watermark/loop'],
@@ -388,7 +390,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-forever',
     what: 'put the step off for as long as the fence is held',
-    file: LOOP,
+    file: TICK,
     find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
     replace: '     THEN',
     tests: ['watermark/loop'],
@@ -396,7 +398,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-past-run',
     what: 'put a step off past the end of the run (a run no longer than the interval never steps)',
-    file: LOOP,
+    file: TICK,
     find: '     AND v_t0 <= v_defer_end AND v_defer_end < r.deadline THEN',
     replace: '     AND v_t0 <= v_defer_end THEN',
     tests: ['watermark/loop'],
@@ -404,7 +406,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-stored-candidates',
     what: 'a new run puts its first step off although candidates a run before stored wait',
-    file: LOOP,
+    file: TICK,
     find: 'SELECT x.safe_seq, (x.candidates[1]).taken_at, x.updated_at INTO r.safe_seq, r.oldest_pending_at, r.last_advance_at',
     replace: 'SELECT x.safe_seq, x.updated_at INTO r.safe_seq, r.last_advance_at',
     tests: ['watermark/loop'],
@@ -412,16 +414,40 @@ const MUTANTS: Mutant[] = [
   {
     id: 'defer-lock-held',
     what: "leave the look's try-lock held",
-    file: LOOP,
+    file: TICK,
     find: '                        THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
     replace: '                        THEN true ELSE false END;',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'fence-wait-ignores-free',
+    what: 'the loop: a step put off waits out its whole deferral though the writer ended (a look per millisecond, version 12, found it free)',
+    file: TICK,
+    find: '        EXIT WHEN pg_catalog.clock_timestamp() >= v_until\n               OR CASE WHEN',
+    replace: '        EXIT WHEN pg_catalog.clock_timestamp() >= v_until\n               OR false AND CASE WHEN',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'fence-wait-unbounded',
+    what: 'the loop: a step put off waits for the fence past the deferral\'s end, as long as writers hold it',
+    file: TICK,
+    find: '        EXIT WHEN pg_catalog.clock_timestamp() >= v_until\n               OR CASE WHEN',
+    replace: '        EXIT WHEN CASE WHEN',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'fence-wait-past-lease-read',
+    what: 'the loop: a step put off waits to the deferral\'s end though the lease (the stop request) is due to be read sooner',
+    file: TICK,
+    find: "least(v_defer_end, r.lease_seen_at + r.poll_max_ms * interval '1 millisecond')",
+    replace: 'v_defer_end',
     tests: ['watermark/loop'],
   },
   // The idle loop sleeps until a writer wakes it (issue 21, §3.13).
   {
     id: 'sleep-no-try-lock',
     what: 'go to sleep without learning that no writer holds the fence',
-    file: LOOP,
+    file: TICK,
     find: '    r.arming := false;\n    v_sleep := CASE WHEN pg_catalog.pg_try_advisory_lock({{fence_key}}) THEN pg_catalog.pg_advisory_unlock({{fence_key}}) ELSE false END;',
     replace: '    r.arming := false;\n    v_sleep := true;',
     tests: ['watermark/wake'],
@@ -429,7 +455,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'sleep-no-last-look',
     what: 'go to sleep on the look before the arming, not one after the try-lock',
-    file: LOOP,
+    file: TICK,
     find: '      IF v_raw IS NOT DISTINCT FROM r.safe_seq AND r.oldest_pending_at IS NULL THEN',
     replace: '      IF r.oldest_pending_at IS NULL THEN',
     tests: ['watermark/wake'],
@@ -455,7 +481,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'wake-no-disarm',
     what: 'a woken loop leaves wake armed, so writers go on notifying',
-    file: LOOP,
+    file: TICK,
     find: "    IF pg_catalog.pg_sequence_last_value('{{schema}}.wake'::pg_catalog.regclass) > 0 THEN",
     replace: '    IF false THEN',
     tests: ['watermark/wake'],
@@ -463,7 +489,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'resume-takes-lease',
     what: 'a resumed run takes again a lease released while it slept',
-    file: LOOP,
+    file: TICK,
     find: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF r.lease_owner IS DISTINCT FROM r.owner THEN',
     replace: 'r.safe_seq FROM {{schema}}.watermark x;\n      IF false THEN',
     tests: ['watermark/wake'],
@@ -471,7 +497,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'grace-per-run',
     what: 'the idle grace counts from each run start, so a run that begins in a pause of a flow goes to sleep at once',
-    file: LOOP,
+    file: TICK,
     find: 'SELECT x.safe_seq, (x.candidates[1]).taken_at, x.updated_at INTO r.safe_seq, r.oldest_pending_at, r.last_advance_at',
     replace: 'SELECT x.safe_seq, (x.candidates[1]).taken_at INTO r.safe_seq, r.oldest_pending_at',
     tests: ['watermark/wake'],

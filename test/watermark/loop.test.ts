@@ -264,6 +264,51 @@ test('a number whose writer is still in flight puts the step off for at most one
   assert.equal(await insertEvent(w), 3n);
 });
 
+test('a step put off waits for the fence inside the next turn: planned to the deferral\'s end, it ends as soon as the writer does, and at its end when the writer does not (version 12)', { timeout: 60_000 }, async (t) => {
+  const db = await testDb(t);
+  const c = await plainClient(db);
+  const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  const w = await db.session('w');
+  await w.query('BEGIN');
+  assert.equal(await insertEvent(w), 1n);
+  const planned = async () =>
+    (await c.query('SELECT (r).defer_since IS NOT NULL AS fence_wait, (r).sleep_s AS sleep_s FROM tick_out')).rows[0] as { fence_wait: boolean; sleep_s: number | null };
+
+  // The turn that puts the step off plans a fence wait, no longer than the deferral (10 ms at 100 steps a second).
+  assert.equal((await tick(c)).deferring, true);
+  const plan = await planned();
+  assert.equal(plan.fence_wait, true);
+  assert.ok(plan.sleep_s !== null && plan.sleep_s > 0 && plan.sleep_s <= 0.01, String(plan.sleep_s));
+  // A look that does not put a step off plans a plain sleep.
+  await tick(c, { set: `r.not_before := clock_timestamp() + interval '5 milliseconds';` });
+  assert.equal((await planned()).fence_wait, false);
+  // At 1 step a second the deferral lasts a second, but the wait ends when the lease is due to be read
+  // again (p_poll_max_ms, 100, after the last read, 90 ms ago), so a stop request is seen as soon as before.
+  assert.equal((await tick(c, { start: '1', set: `r.lease_seen_at := clock_timestamp() - interval '90 milliseconds';` })).deferring, true);
+  const due = await planned();
+  assert.ok(due.fence_wait && due.sleep_s !== null && due.sleep_s > 0 && due.sleep_s <= 0.01, String(due.sleep_s));
+
+  // A wait planned for a minute, the writer holding the fence: the turn sleeps, and publishes nothing...
+  const turn = tick(c, { set: `r.defer_since := clock_timestamp(); r.sleep_s := 60;` });
+  await waitFor('the turn to wait for the fence', async () => {
+    const r = await db.observer.query(`SELECT wait_event FROM pg_stat_activity WHERE pid = $1 AND state = 'active'`, [pid]);
+    return r.rows[0]?.wait_event === 'PgSleep';
+  });
+  assert.equal(await safeSeq(db.observer), 0n);
+  // ...until the writer ends: then it looks and publishes on the try-lock path, long before its minute.
+  await w.query('COMMIT');
+  assert.deepEqual(await turn, { steps: 1, pending: 0, advanced: 1, try_lock: 1, pg_locks: 0, deferring: false, waiting: false, safe_seq: 1 });
+  assert.deepEqual((await db.observer.query(`SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = $1`, [pid])).rows, []);
+
+  // A writer that never lets go: the wait ends when planned, and the deferral being over, the step reads pg_locks.
+  await w.query('BEGIN');
+  assert.equal(await insertEvent(w), 2n);
+  assert.deepEqual(await tick(c, { set: `r.sleep_s := 0.05; r.defer_since := clock_timestamp() - interval '11 milliseconds';` }), {
+    steps: 1, pending: 1, advanced: 0, try_lock: 0, pg_locks: 1, deferring: false, waiting: true, safe_seq: 1,
+  });
+  await w.query('COMMIT');
+});
+
 test('writers that overlap without pause: runs no longer than the step interval still step, and safe_seq follows them (the review of the deferral)', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);
