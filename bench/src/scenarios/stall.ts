@@ -2,7 +2,7 @@ import pg from 'pg';
 import { recordDelivered } from '../checker.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { Histogram } from '../histogram.js';
-import { epochMs, runLoad } from '../load.js';
+import { epochMs, runLoad, takeIds } from '../load.js';
 import { ratioText, type ScenarioResult } from '../report.js';
 import type { Contender, Service, Writer } from '../contenders/types.js';
 
@@ -21,6 +21,8 @@ interface Probe {
   writer: Map<Phase, Histogram>;
   undelivered: Map<Phase, number>;
   blocker?: { client?: pg.Client; writer?: Writer; done?: Promise<void> };
+  /** The warm-up event's id; cleared once the consumer handled it. */
+  warmUp?: number;
 }
 
 /**
@@ -46,6 +48,7 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
   await other.query('CREATE TABLE unrelated (id int)');
 
   const probes: Probe[] = [];
+  let warmUpNote: string | undefined;
   for (const contender of ctx.contenders) {
     const { url, pool } = await installedDatabase(ctx.server, contender, `stall_${contender.id}`);
     const probe: Probe = {
@@ -67,6 +70,7 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
           await recordDelivered(tx, 'c1', events);
           const now = epochMs();
           for (const e of events) {
+            if (e.id === probe.warmUp) probe.warmUp = undefined;
             const c = probe.commits.get(e.id);
             if (!c) continue;
             probe.delivery.get(c.phase)!.recordMs(Math.max(0, now - c.at));
@@ -80,6 +84,30 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
   }
 
   try {
+    // Every contender's services and consumer are running and have
+    // delivered one event before the steady phase starts: its latencies
+    // are steady state, not ten contenders starting at once on one server.
+    ctx.progress.step('stall blast radius: warm-up');
+    for (const probe of probes) {
+      const [id] = takeIds(1);
+      probe.warmUp = id;
+      const writer = await probe.contender.writer(probe.url);
+      try {
+        await writer.write([{ id: id!, key: 'warm-up' }]);
+      } finally {
+        await writer.close();
+      }
+    }
+    const warm = await settle(
+      async () => {
+        const left = probes.filter((p) => p.warmUp !== undefined).length;
+        return { done: left === 0, progress: left };
+      },
+      ctx.pick(5000, 10000),
+      ctx.pick(10000, 30000),
+    );
+    if (!warm) warmUpNote = `Not warmed up within the bound: ${probes.filter((p) => p.warmUp !== undefined).map((p) => p.contender.title).join(', ')}.`;
+    await new Promise((r) => setTimeout(r, 1000));
     for (const phase of PHASES) {
       ctx.progress.step(`stall blast radius: ${phase}`);
       if (phase === 'idle writer, other database') {
@@ -162,10 +190,11 @@ export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResul
       `Two writers per contender at 50 transactions/s in all; phases of ${PHASES.map((p) => `${p} ${phaseMs[p] / 1000} s`).join(', ')}. ` +
       'The idle writer is one transaction in another database of the same cluster; the snapshot and the long writer are in each contender\'s own database. ' +
       'Latency is from COMMIT returning to the handler running, for events committed in the phase; "never delivered" counts events of the phase still undelivered after the drain. ' +
-      'All contenders run at once, so every one sees the same blockers at the same moments.',
+      'All contenders run at once, so every one sees the same blockers at the same moments. Before the steady phase each contender delivers one warm-up event (not measured), then 1 s passes: ' +
+      'the steady phase measures running consumers, not their start-up.',
     columns: ['contender', 'phase', 'longest commit→handler ms', 'p99 commit→handler ms', 'never delivered', 'writer p99 ms', 'writer max ms'],
     rows,
-    notes: [],
+    notes: warmUpNote ? [warmUpNote] : [],
     goals: tm
       ? [
           {
