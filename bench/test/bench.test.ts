@@ -87,6 +87,17 @@ test('npm run bench -- --quick: every scenario runs every contender, and tidemar
   assert.equal(logical.length, 1, JSON.stringify(e2e.notes));
   assert.ok((logical[0]![e2e.columns.indexOf('achieved events/s')] as number) > 0);
   assert.equal(logical[0]![e2e.columns.indexOf('undelivered')], 0);
+  // Delivery CPU for every contender's rate rows (this machine has /proc), and the watermarker's own share.
+  const cpu = e2e.columns.indexOf('delivery CPU %');
+  for (const row of e2e.rows.filter((x) => !String(x[0]).startsWith('physical limit'))) {
+    assert.ok(typeof row[cpu] === 'number' && row[cpu] > 0, JSON.stringify(row));
+  }
+  assert.ok(e2e.notes.some((n) => /watermarker backends .*% at 1,000 events\/s/.test(n)), JSON.stringify(e2e.notes));
+
+  // Stall: the steady phase starts after every contender delivered its warm-up event.
+  const stall = report.scenarios.find((s) => s.id === 'stall')!;
+  assert.match(stall.method, /warm-up event/);
+  assert.deepEqual(stall.notes.filter((n) => n.startsWith('Not warmed up')), []);
 
   // Goals are listed with a figure each, in the JSON, the markdown and the printed summary.
   const goals = report.scenarios.flatMap((s) => s.goals);

@@ -9,6 +9,8 @@ import { epochMs } from '../load.js';
 import type { Contender } from '../contenders/types.js';
 import type { Goal, ScenarioResult } from '../report.js';
 import { spawnWorker } from '../worker.js';
+import { cpuPercent, sampleCpu, type CpuSample } from '../cpu.js';
+import { WATERMARKER_APPS } from './watermarkers.js';
 import { naiveContender } from '../contenders/baselines.js';
 import { startLogicalServer, streamInserts } from '../logical.js';
 
@@ -39,6 +41,8 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
   const rows: (string | number | null)[][] = [];
   const goals: Goal[] = [];
   const notes: string[] = [];
+  /** tidemark's watermarker backends' CPU per offered rate. */
+  const watermarkerCpu = new Map<number, number | null>();
   for (const contender of ctx.contenders) {
     const { url, pool } = await installedDatabase(ctx.server, contender, `e2e_${contender.id}`);
     const services = await contender.services?.(url);
@@ -65,14 +69,16 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       for (const [i, rate] of rates.entries()) {
         ctx.progress.step(`end-to-end latency: ${contender.id} at ${rate} events/s`);
         const perTx = Math.max(1, Math.ceil(rate / MAX_TX_PER_SEC));
-        const { report, summary: s, undelivered, achieved } = await measureWindow(
+        const { report, summary: s, undelivered, achieved, cpu } = await measureWindow(
           ctx,
           [contender.id, url, '8', String(rate / perTx), String(perTx), String(windowMs), String((i + 1) * 1e8), `r${rate}-`],
           received,
+          pool,
         );
         if (publications) notes.push(breakdown(`${contender.title} at ${rate} events/s`, report.commits, seqs, received, publications.heard));
         publications?.heard.splice(0);
-        rows.push([contender.title, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+        rows.push([contender.title, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered, cpu.all]);
+        if (contender.id === 'tidemark') watermarkerCpu.set(rate, cpu.watermarker);
         if (report.result.errors > 0) notes.push(`${contender.title} at ${rate}/s: ${report.result.errors} writer errors (${report.result.firstError})`);
         if (contender.id === 'tidemark' && rate === 5000) {
           goals.push({ goal: 'end-to-end: tidemark commit→handler p99 at 5,000 events/s', target: '<= 25 ms', measured: `${s.p99.toFixed(1)} ms (achieved ${achieved.toFixed(0)} events/s)`, met: s.p99 <= 25 });
@@ -85,12 +91,13 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
         // Writers as fast as they go: how closely safe_seq follows commits when the fence is never free for long.
         ctx.progress.step('end-to-end latency: tidemark under 8 closed-loop writers');
         publications?.heard.splice(0);
-        const { report, summary: s, undelivered, achieved } = await measureWindow(
+        const { report, summary: s, undelivered, achieved, cpu } = await measureWindow(
           ctx,
           [contender.id, url, '8', '0', '1', String(windowMs), String(SATURATED_ID_BASE), 'sat-'],
           received,
+          pool,
         );
-        rows.push([contender.title, 'closed loop, 8 writers', 1, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+        rows.push([contender.title, 'closed loop, 8 writers', 1, achieved, s.p50, s.p99, s.p999, s.max, undelivered, cpu.all]);
         const title = `${contender.title} under 8 closed-loop writers (${achieved.toFixed(0)} events/s)`;
         const split = splitAtPublication(report.commits, seqs, received, publications!.heard);
         notes.push(breakdownText(title, split, report.commits.length, publications!.heard.length));
@@ -106,12 +113,14 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
         ctx.progress.step(`end-to-end latency: ${contender.id}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle, ${probes} times`);
         publications?.heard.splice(0);
         publications?.woken.splice(0);
+        const before = await sampleCpu(pool, NOT_DELIVERY);
         const { summary: s, undelivered, commits } = await idleProbes(contender, url, received, probes, idleMs);
+        const idleCpu = cpuPercent(before, await sampleCpu(pool, NOT_DELIVERY));
         if (publications) {
           const title = `${contender.title}, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`;
           notes.push(`${breakdown(title, commits, seqs, received, publications.heard)}; ${wakeSplit(commits, seqs, publications.heard, publications.woken)}`);
         }
-        rows.push([contender.title, `1 after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`, 1, null, s.p50, s.p99, s.p999, s.max, undelivered]);
+        rows.push([contender.title, `1 after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle`, 1, null, s.p50, s.p99, s.p999, s.max, undelivered, idleCpu]);
         if (contender.id === 'tidemark') {
           goals.push({ goal: `end-to-end: tidemark, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle (${probes} times), p50`, target: '<= 3 ms', measured: `${s.p50.toFixed(2)} ms`, met: s.p50 <= 3 });
           goals.push({ goal: `end-to-end: tidemark, one event after ${idleMs[0] / 1000}-${idleMs[1] / 1000} s idle (${probes} times), p99`, target: '<= 10 ms', measured: `${s.p99.toFixed(2)} ms`, met: s.p99 <= 10 });
@@ -132,6 +141,18 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
     });
     rows.push(...logical);
   }
+  if (watermarkerCpu.size > 0) {
+    const pct = (x: number | null | undefined) => (x === null || x === undefined ? 'not measured (no /proc)' : `${x.toFixed(1)}%`);
+    notes.push(
+      `tidemark's watermarker backends (the in-database loop and its pool), CPU in % of one core: ` +
+        [...watermarkerCpu].map(([rate, x]) => `${pct(x)} at ${rate.toLocaleString('en-US')} events/s`).join(', ') +
+        '; its client runs in the bench process, counted in the delivery column (section 4 counts both at 800 transactions/s).',
+    );
+    if (watermarkerCpu.has(5000)) {
+      const x = watermarkerCpu.get(5000);
+      goals.push({ goal: 'watermarker CPU at 5,000 events/s (its backends, % of one core)', target: '<= 5%', measured: pct(x), met: x === null || x === undefined ? null : x <= 5 });
+    }
+  }
   if (goals.length === 0 && ctx.contenders.some((c) => c.id === 'tidemark')) {
     goals.push({ goal: 'end-to-end: tidemark commit→handler p99 at 5,000 events/s', target: '<= 25 ms', measured: 'not run at 5,000/s (--quick)', met: null });
   }
@@ -146,8 +167,9 @@ export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
       `Idle rows (tidemark and the naive poller): ${probes} times, nothing written for a random ${idleMs[0] / 1000}-${idleMs[1] / 1000} s, then one event in a transaction of its own, from the bench's process. ` +
       `Closed loop (tidemark): the same 8 writers as fast as they commit, one event per transaction, ${windowMs / 1000} s; its note and goal give commit→safe_seq (the publication, as the bench's listener heard it). ` +
       'Physical limit: logical decoding on a server of its own started with wal_level=logical (the embedded PostgreSQL, whatever server the contenders use), ' +
-      'the same writers and table as the naive poller, a test_decoding slot streamed over the replication protocol (as pg_recvlogical does) into the bench process; latency from COMMIT returning to the INSERT arriving.',
-    columns: ['contender', 'offered events/s', 'events/tx', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered'],
+      'the same writers and table as the naive poller, a test_decoding slot streamed over the replication protocol (as pg_recvlogical does) into the bench process; latency from COMMIT returning to the INSERT arriving. ' +
+      'Delivery CPU: the bench process (the consumer; tidemark\'s watermarker client too) and the contender\'s backends other than the writers\' and the bench\'s own, over the window, in % of one core (idle rows: over all the probes).',
+    columns: ['contender', 'offered events/s', 'events/tx', 'achieved events/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'max ms', 'undelivered', 'delivery CPU %'],
     rows,
     notes,
     goals,
@@ -160,10 +182,14 @@ async function measureWindow(
   ctx: BenchContext,
   args: string[],
   received: Map<number, number>,
-): Promise<{ report: WriteReport; summary: ReturnType<Histogram['summary']>; undelivered: number; achieved: number }> {
+  cpuOf?: pg.Pool,
+): Promise<{ report: WriteReport; summary: ReturnType<Histogram['summary']>; undelivered: number; achieved: number; cpu: DeliveryCpu }> {
+  const before = cpuOf ? await sampleCpu(cpuOf, NOT_DELIVERY) : undefined;
   const child = spawnWorker(['write', ...args]);
+  const exited = once(child, 'exit').catch(() => undefined);
   const [report] = (await once(child, 'message')) as [WriteReport];
-  await once(child, 'exit').catch(() => undefined);
+  const cpu = deliveryCpu(before, cpuOf ? await sampleCpu(cpuOf, NOT_DELIVERY) : undefined);
+  await exited;
   await settle(
     async () => {
       let left = 0;
@@ -180,7 +206,23 @@ async function measureWindow(
     if (got === undefined) undelivered += 1;
     else h.recordMs(Math.max(0, got - at));
   }
-  return { report, summary: h.summary(), undelivered, achieved: (report.result.committedEvents / report.result.elapsedMs) * 1000 };
+  return { report, summary: h.summary(), undelivered, achieved: (report.result.committedEvents / report.result.elapsedMs) * 1000, cpu };
+}
+
+/** The bench's own sessions and the writers': not the delivery side. */
+const NOT_DELIVERY = ['tidemark-bench', 'tidemark-bench-admin', 'tidemark-bench-writer', 'tidemark-bench-listener'];
+
+/** Delivery CPU over a window, in % of one core: all of it, and tidemark's watermarker backends alone. */
+interface DeliveryCpu {
+  /** This process (the consumer, and tidemark's watermarker client) and the contender's backends but the writers' and the bench's own. */
+  all: number | null;
+  /** The watermarker's backends (its pool's and the in-database loop's). */
+  watermarker: number | null;
+}
+
+function deliveryCpu(a: CpuSample | undefined, b: CpuSample | undefined): DeliveryCpu {
+  if (!a || !b) return { all: null, watermarker: null };
+  return { all: cpuPercent(a, b), watermarker: cpuPercent(a, b, { backendsOnly: true, pick: (app) => WATERMARKER_APPS.includes(app) }) };
 }
 
 /**
@@ -347,7 +389,7 @@ async function logicalDecodingRows(ctx: BenchContext, rates: number[], windowMs:
           [naiveContender.id, server.url, '8', String(rate / perTx), String(perTx), String(windowMs), String((i + 1) * 1e8), `r${rate}-`],
           received,
         );
-        rows.push([LOGICAL_TITLE, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered]);
+        rows.push([LOGICAL_TITLE, rate, perTx, achieved, s.p50, s.p99, s.p999, s.max, undelivered, null]);
       }
     } finally {
       await stream.close();
