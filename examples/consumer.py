@@ -4,7 +4,7 @@
 Copies each event of STREAM into the table event_log, in the page's own
 transaction, so the copy and the cursor commit together: a page that fails
 or is killed halfway leaves neither, and is read again. Any language with a
-PostgreSQL driver consumes the same way (docs/PROTOCOL.md, section 6.3).
+PostgreSQL driver consumes the same way (docs/PROTOCOL.md, section 6).
 
 Run: DATABASE_URL=postgres://... python3 examples/consumer.py CONSUMER STREAM
 Needs psycopg2 (Debian: apt-get install python3-psycopg2). Stops on SIGTERM or

@@ -315,6 +315,27 @@ END
 $$;
 
 --
+-- Name: dead_letter_is_the_event(); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.dead_letter_is_the_event() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  SELECT e.kind, e.key, e.payload, e.headers, e.occurred_at
+    INTO NEW.kind, NEW.key, NEW.payload, NEW.headers, NEW.occurred_at
+    FROM "tidemark".events e
+   WHERE e.seq = NEW.seq AND e.stream = NEW.stream;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: stream % has no event %', pg_catalog.quote_literal(NEW.stream), NEW.seq
+      USING ERRCODE = 'TM005';
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+--
 -- Name: fence_holders(); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -395,20 +416,22 @@ CREATE FUNCTION tidemark.grant_consumer(p_role text, p_consumers text[]) RETURNS
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  IF p_consumers IS NULL OR cardinality(p_consumers) = 0 THEN
+  IF p_consumers IS NULL OR pg_catalog.cardinality(p_consumers) = 0 THEN
     RAISE EXCEPTION 'grant_consumer: name the consumers % may use, e.g. ARRAY[''billing'']', p_role
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = p_role) THEN
-    EXECUTE format('CREATE ROLE %I NOLOGIN', p_role);
+    EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', p_role);
   END IF;
-  EXECUTE format('GRANT USAGE ON SCHEMA "tidemark" TO %I', p_role);
-  EXECUTE format('GRANT SELECT ON "tidemark".events, "tidemark".watermark, "tidemark".horizons TO %I', p_role);
-  EXECUTE format('GRANT SELECT ON "tidemark".consumer_grants TO %I', p_role);
-  EXECUTE format('GRANT SELECT, INSERT ON "tidemark".cursors TO %I', p_role);
-  EXECUTE format('GRANT UPDATE (seq, updated_at, resync_count, last_resync_at) ON "tidemark".cursors TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA "tidemark" TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT ON "tidemark".events, "tidemark".watermark, "tidemark".horizons TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT ON "tidemark".consumer_grants TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON "tidemark".cursors TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT UPDATE (seq, updated_at, resync_count, last_resync_at) ON "tidemark".cursors TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON "tidemark".dead_letters TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT UPDATE (attempts, last_error, dead_at, replay_requested_at) ON "tidemark".dead_letters TO %I', p_role);
   INSERT INTO "tidemark".consumer_grants (role_id, consumer)
-  SELECT r.oid, c FROM pg_catalog.pg_roles r, unnest(p_consumers) AS c
+  SELECT r.oid, c FROM pg_catalog.pg_roles r, pg_catalog.unnest(p_consumers) AS c
    WHERE r.rolname = p_role
   ON CONFLICT DO NOTHING;
 END
@@ -648,6 +671,56 @@ BEGIN
   -- there. A full page may reach its last event only.
   v_through := CASE WHEN v_count < p_max_events THEN v.safe_seq ELSE v_last END;
   v_done := "tidemark".remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);
+END
+$$;
+
+--
+-- Name: record_dead_letter(text, text, bigint, integer, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.record_dead_letter(p_consumer text, p_stream text, p_seq bigint, p_attempts integer, p_error text) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_page jsonb;
+  v_id   bigint;
+BEGIN
+  v_page := "tidemark".open_page("tidemark".checked_cursor_key('record_dead_letter', p_consumer, p_stream));
+  IF v_page IS NULL THEN
+    RAISE EXCEPTION 'tidemark: record_dead_letter: no page of consumer % on stream % was read in this transaction', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM004',
+            HINT = 'Call read_page first, in the same REPEATABLE READ transaction, then record_dead_letter, then advance_cursor.';
+  END IF;
+  IF p_seq IS NULL OR p_seq <= (v_page ->> 2)::bigint OR p_seq > (v_page ->> 1)::bigint THEN
+    RAISE EXCEPTION 'tidemark: record_dead_letter: seq % is not an event of this page above the cursor (at %, the page reaches %)',
+        coalesce(p_seq::text, 'NULL'), v_page ->> 2, v_page ->> 1
+      USING ERRCODE = 'TM005';
+  END IF;
+  IF EXISTS (SELECT 1 FROM "tidemark".events e
+              WHERE e.stream = p_stream AND e.seq > (v_page ->> 2)::bigint AND e.seq < p_seq) THEN
+    RAISE EXCEPTION 'tidemark: record_dead_letter: seq % is not the next event above the cursor (at %): apply the events before it and advance past them first', p_seq, v_page ->> 2
+      USING ERRCODE = 'TM005';
+  END IF;
+  IF p_attempts IS NULL OR p_attempts < 1 OR p_error IS NULL THEN
+    RAISE EXCEPTION 'tidemark: record_dead_letter: attempts must be at least 1 and the error given (got %, %)',
+        coalesce(p_attempts::text, 'NULL'), CASE WHEN p_error IS NULL THEN 'NULL' ELSE 'an error' END
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  INSERT INTO "tidemark".dead_letters AS d (consumer, stream, seq, kind, key, payload, headers, occurred_at, attempts, last_error)
+  SELECT p_consumer, p_stream, e.seq, e.kind, e.key, e.payload, e.headers, e.occurred_at, p_attempts, pg_catalog.left(p_error, 8192)
+    FROM "tidemark".events e
+   WHERE e.seq = p_seq AND e.stream = p_stream
+  ON CONFLICT (consumer, stream, seq) DO UPDATE
+     SET attempts = d.attempts + excluded.attempts, last_error = excluded.last_error,
+         dead_at = pg_catalog.now(), replay_requested_at = NULL
+  RETURNING d.id INTO v_id;
+  IF v_id IS NULL THEN
+    RAISE EXCEPTION 'tidemark: record_dead_letter: stream % has no event %', pg_catalog.quote_literal(p_stream), p_seq
+      USING ERRCODE = 'TM005';
+  END IF;
+  PERFORM "tidemark".advance_cursor(p_consumer, p_stream, p_seq);
+  RETURN v_id;
 END
 $$;
 
@@ -1550,6 +1623,42 @@ CREATE TABLE tidemark.cursors (
 );
 
 --
+-- Name: dead_letters; Type: TABLE; Schema: tidemark; Owner: -
+--
+
+CREATE TABLE tidemark.dead_letters (
+    id bigint NOT NULL,
+    consumer text NOT NULL,
+    stream text NOT NULL,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    key text NOT NULL,
+    payload jsonb NOT NULL,
+    headers jsonb NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    attempts integer NOT NULL,
+    last_error text NOT NULL,
+    dead_at timestamp with time zone DEFAULT now() NOT NULL,
+    replay_requested_at timestamp with time zone,
+    CONSTRAINT dead_letters_attempts_check CHECK ((attempts >= 1)),
+    CONSTRAINT dead_letters_consumer_check CHECK ((consumer <> ''::text)),
+    CONSTRAINT dead_letters_stream_check CHECK ((stream <> ''::text))
+);
+
+--
+-- Name: dead_letters_id_seq; Type: SEQUENCE; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE tidemark.dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME tidemark.dead_letters_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: events; Type: TABLE; Schema: tidemark; Owner: -
 --
 
@@ -1672,6 +1781,20 @@ ALTER TABLE ONLY tidemark.cursors
     ADD CONSTRAINT cursors_pkey PRIMARY KEY (consumer, stream);
 
 --
+-- Name: dead_letters dead_letters_consumer_stream_seq_key; Type: CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.dead_letters
+    ADD CONSTRAINT dead_letters_consumer_stream_seq_key UNIQUE (consumer, stream, seq);
+
+--
+-- Name: dead_letters dead_letters_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.dead_letters
+    ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
+
+--
 -- Name: events events_headers_limit; Type: CHECK CONSTRAINT; Schema: tidemark; Owner: -
 --
 
@@ -1778,6 +1901,12 @@ ALTER TABLE ONLY tidemark.watermark
 CREATE INDEX events_stream_seq ON tidemark.events USING btree (stream, seq);
 
 --
+-- Name: dead_letters dead_letters_event; Type: TRIGGER; Schema: tidemark; Owner: -
+--
+
+CREATE TRIGGER dead_letters_event BEFORE INSERT ON tidemark.dead_letters FOR EACH ROW EXECUTE FUNCTION tidemark.dead_letter_is_the_event();
+
+--
 -- Name: events events_fence; Type: TRIGGER; Schema: tidemark; Owner: -
 --
 
@@ -1816,6 +1945,24 @@ CREATE POLICY cursors_granted_consumers ON tidemark.cursors USING ((EXISTS ( SEL
    FROM (tidemark.consumer_grants g
      JOIN pg_roles r ON ((r.oid = g.role_id)))
   WHERE ((g.consumer = cursors.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
+
+--
+-- Name: dead_letters; Type: ROW SECURITY; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE tidemark.dead_letters ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: dead_letters dead_letters_granted_consumers; Type: POLICY; Schema: tidemark; Owner: -
+--
+
+CREATE POLICY dead_letters_granted_consumers ON tidemark.dead_letters USING ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = dead_letters.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text))))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = dead_letters.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
 
 --
 -- Name: FUNCTION acquire_lease(p_owner text, p_ttl_ms integer); Type: ACL; Schema: tidemark; Owner: -

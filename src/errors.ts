@@ -223,12 +223,16 @@ export class HandlerError extends TidemarkError {
   readonly stream: string;
   /** The event whose handler threw. */
   readonly seq: bigint;
+  /** That event's key, when the handler threw (not a page's `beforeCommit`). */
+  readonly key: string | undefined;
 
-  constructor(consumer: string, stream: string, seq: bigint, cause: unknown) {
-    super('HANDLER_FAILED', `handler of consumer ${JSON.stringify(consumer)} failed on seq ${seq}: ${describe(cause)}`, { cause });
+  constructor(consumer: string, stream: string, seq: bigint, cause: unknown, key?: string) {
+    const of = key === undefined ? `seq ${seq}` : `seq ${seq} (key ${JSON.stringify(key)})`;
+    super('HANDLER_FAILED', `handler of consumer ${JSON.stringify(consumer)} failed on ${of} of stream ${JSON.stringify(stream)}: ${describe(cause)}`, { cause });
     this.consumer = consumer;
     this.stream = stream;
     this.seq = seq;
+    this.key = key;
   }
 }
 

@@ -12,6 +12,7 @@ import { pruneCommand } from './commands/prune.js';
 import { relayCommand, serveCommand } from './commands/serve.js';
 import { statusCommand } from './commands/status.js';
 import { cursorDeleteCommand, cursorListCommand, cursorSetCommand } from './commands/cursor.js';
+import { deadLettersDiscardCommand, deadLettersListCommand, deadLettersReplayCommand } from './commands/dead-letters.js';
 import { tailCommand } from './commands/tail.js';
 import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
@@ -99,6 +100,11 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
       checkFlags(options as unknown as Record<string, unknown>);
       setExit(await run(options));
     };
+  // The same, for a command whose arguments come first (commander passes them before the options).
+  const actionWithArgs =
+    <T extends GlobalOptions>(run: (args: string[], options: T) => Promise<number>) =>
+    async (args: string[], _opts: unknown, command: Command) =>
+      action<T>((options) => run(args, options))(_opts, command);
   const examples = (lines: string[]) => `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
 
   root
@@ -235,6 +241,38 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark cursor delete --consumer audit --stream orders']))
     .action(action(cursorDeleteCommand));
+
+  const deadLetters = root
+    .command('dead-letters')
+    .description("list, replay or discard dead letters: events a consumer set aside after its handler's last try");
+  deadLetters
+    .command('list')
+    .description('dead letters by consumer, stream and seq: key, kind, tries, when, whether a replay is asked for, the last error')
+    .option('--consumer <name>', 'only this consumer\'s')
+    .option('--stream <name>', 'only this stream\'s (with --consumer)')
+    .option('--json', 'JSON output (every field, payload and headers as PostgreSQL\'s text)')
+    .addHelpText('after', examples(['npx tidemark dead-letters list', 'npx tidemark dead-letters list --consumer billing --json']))
+    .action(action(deadLettersListCommand));
+  deadLetters
+    .command('replay')
+    .description("ask for a replay: the consumer's own tail (with the dead-letter policy) delivers the event to its handler again and deletes the dead letter in that transaction")
+    .argument('[ids...]', 'dead letter ids, as list shows them')
+    .option('--all', 'every dead letter of --consumer (and --stream)')
+    .option('--consumer <name>', 'with --all, or to restrict the ids')
+    .option('--stream <name>', 'with --consumer')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark dead-letters replay 12 13', 'npx tidemark dead-letters replay --all --consumer billing']))
+    .action(actionWithArgs(deadLettersReplayCommand));
+  deadLetters
+    .command('discard')
+    .description('delete dead letters: their events stay skipped')
+    .argument('[ids...]', 'dead letter ids, as list shows them')
+    .option('--all', 'every dead letter of --consumer (and --stream)')
+    .option('--consumer <name>', 'with --all, or to restrict the ids')
+    .option('--stream <name>', 'with --consumer')
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark dead-letters discard 12', 'npx tidemark dead-letters discard --all --consumer billing --stream orders']))
+    .action(actionWithArgs(deadLettersDiscardCommand));
 
   root
     .command('demo')

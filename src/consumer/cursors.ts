@@ -227,8 +227,11 @@ export async function setCursor(pool: pg.Pool, consumer: string, stream: string,
   return withCursorLock(pool, schema, consumer, stream, async (client) => {
     const at = await read(client, true);
     const seq = target(at);
+    // Dead letters above the new position are events it delivers again: a
+    // replay of one would apply it twice.
     await client.query(
-      `INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3)
+      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.seq > $3)
+       INSERT INTO ${s}.cursors (consumer, stream, seq) VALUES ($1, $2, $3)
        ON CONFLICT (consumer, stream) DO UPDATE SET seq = EXCLUDED.seq, updated_at = pg_catalog.now()`,
       [consumer, stream, seq.toString()],
     );
@@ -241,7 +244,12 @@ export async function deleteCursor(pool: pg.Pool, consumer: string, stream: stri
   const schema = schemaOf(options);
   const s = quoteIdent(schema);
   return withCursorLock(pool, schema, consumer, stream, async (client) => {
-    const r = await client.query<{ seq: string }>(`DELETE FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 RETURNING seq::text`, [consumer, stream]);
+    // The consumer starts again: its dead letters are events it delivers again.
+    const r = await client.query<{ seq: string }>(
+      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2)
+       DELETE FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 RETURNING seq::text`,
+      [consumer, stream],
+    );
     return r.rows[0] ? BigInt(r.rows[0].seq) : null;
   });
 }

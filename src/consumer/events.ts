@@ -75,6 +75,12 @@ export type ConsumerEvent =
   | { type: 'resync'; consumer: string; stream: string; cursor: bigint; prunedThrough: bigint }
   /** `tail` failed with a retryable error (`error`) and runs again after `delayMs`; `attempt` counts failures since the last page that committed. */
   | { type: 'retry'; consumer: string; stream: string; error: unknown; attempt: number; delayMs: number }
+  /** A handler failed on `seq` (`error`, the handler's) and the event is tried again alone after `delayMs`; `attempt` is that try's number. */
+  | { type: 'handler:retry'; consumer: string; stream: string; seq: bigint; attempt: number; delayMs: number; error: unknown }
+  /** The event failed its last try and was recorded as dead letter `id`, the cursor moved past it in the same transaction. */
+  | { type: 'dead-letter'; consumer: string; stream: string; seq: bigint; key: string | undefined; attempts: number; error: unknown; id: bigint }
+  /** Dead letter `id` was replayed: its handler ran and it was deleted in that transaction (`error` undefined), or its handler failed again (it stays, one try more). */
+  | { type: 'dead-letter:replay'; consumer: string; stream: string; seq: bigint; id: bigint; error: unknown }
   | { type: 'listener:listening' }
   | { type: 'listener:notification'; safeSeq: bigint }
   | { type: 'listener:error'; error: unknown; attempt: number; retryInMs: number }

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ConnectionLostError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
+import { handledBefore } from './failures.js';
 import { quoteIdent, sqlText } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler } from './events.js';
@@ -24,6 +25,16 @@ export interface PageSql {
   prefetch: string;
   advance: string;
   ensureCursor: string;
+  /** In a page that returned the event: records it as a dead letter ($1 consumer, $2 stream, $3 seq, $4 tries, $5 error); returns its id. */
+  recordDeadLetter: string;
+  /** The first dead letter of ($1 consumer, $2 stream) asked to be replayed, locked; its event columns as a page reads them, with id and attempts. */
+  nextReplay: string;
+  /** One row when a dead letter of ($1 consumer, $2 stream) is asked to be replayed. */
+  anyReplay: string;
+  /** A replayed dead letter ($1 id), delivered: gone, in the handler's transaction. */
+  replayed: string;
+  /** A replay that failed ($1 id, $2 error): dead again, one try more, the request cleared. */
+  replayFailed: string;
 }
 
 /**
@@ -66,9 +77,24 @@ export function pageSql(schema: string): PageSql {
  WHERE ev.stream = $1 AND ev.seq > $2 AND ev.seq <= (SELECT w.safe_seq FROM ${s}.watermark w)
  ORDER BY ev.seq
  LIMIT $3`,
-    // Bootstrap's hand-over: the cursor to the snapshot's safe_seq.
-    advance: `UPDATE ${s}.cursors SET seq = $3, updated_at = now() WHERE consumer = $1 AND stream = $2`,
+    // Bootstrap's hand-over: the cursor to the snapshot's safe_seq. The
+    // rebuilt projection holds every event up to it, dead letters' too: a
+    // replay of one of them would apply it twice, so they go.
+    advance: `WITH rebuilt AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.seq <= $3)
+UPDATE ${s}.cursors SET seq = $3, updated_at = pg_catalog.now() WHERE consumer = $1 AND stream = $2`,
     ensureCursor: `INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`,
+    recordDeadLetter: `SELECT ${s}.record_dead_letter($1, $2, $3, $4, $5)::text AS id`,
+    nextReplay: `SELECT d.id::text AS id, d.attempts, ${EVENT_COLUMNS('d')}
+  FROM ${s}.dead_letters d
+ WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL
+   AND d.seq <= (SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2)
+ ORDER BY d.seq
+ LIMIT 1
+   FOR UPDATE SKIP LOCKED`,
+    anyReplay: `SELECT 1 FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL
+   AND d.seq <= (SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2) LIMIT 1`,
+    replayed: `DELETE FROM ${s}.dead_letters WHERE id = $1`,
+    replayFailed: `UPDATE ${s}.dead_letters SET attempts = attempts + 1, last_error = pg_catalog.left($2, 8192), dead_at = pg_catalog.now(), replay_requested_at = NULL WHERE id = $1`,
   };
 }
 
@@ -104,6 +130,19 @@ export interface EventRow {
   /** `headers::text`. */
   headers: string;
   occurred_at: Date;
+}
+
+/** The event a handler receives for a row of `stream` (read_page's, a read ahead, a dead letter's). */
+export function eventOf(row: EventRow, stream: string) {
+  return streamEvent({
+    seq: BigInt(row.seq),
+    stream,
+    kind: row.kind,
+    key: row.key,
+    payloadText: row.payload,
+    headersText: row.headers,
+    occurredAt: row.occurred_at,
+  });
 }
 
 /**
@@ -224,15 +263,7 @@ export async function runPage(
   try {
     for (const row of rows) {
       if (signal.aborted) break;
-      const event = streamEvent({
-        seq: BigInt(row.seq),
-        stream,
-        kind: row.kind,
-        key: row.key,
-        payloadText: row.payload,
-        headersText: row.headers,
-        occurredAt: row.occurred_at,
-      });
+      const event = eventOf(row, stream);
       try {
         await handler(event, tx, context);
       } catch (err) {
@@ -241,7 +272,9 @@ export async function runPage(
         // The page's connection died under the handler (its ROLLBACK failed
         // too): a retryable loss, whatever error the handler surfaced.
         if (hold.isBroken) throw new ConnectionLostError(`tail of ${JSON.stringify(consumer)}`, err);
-        throw new HandlerError(consumer, stream, event.seq, err);
+        const failure = new HandlerError(consumer, stream, event.seq, err, event.key);
+        handledBefore.set(failure, delivered);
+        throw failure;
       }
       handled = event.seq;
       delivered += 1;

@@ -1,15 +1,16 @@
 import type pg from 'pg';
 import { backoffMs } from '../backoff.js';
-import { ClosedError, ConnectionLostError, CursorContentionError, InvalidOptionsError, isRetryable } from '../errors.js';
+import { ClosedError, ConnectionLostError, CursorContentionError, HandlerError, InvalidOptionsError, isRetryable } from '../errors.js';
 import { sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
 import { checkKnownOptions, nameOption, poolOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
-import { CursorHold } from './cursor-hold.js';
+import { CursorHold, transaction } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
-import { pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
+import { eventOf, pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
+import { handledBefore, noTries, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
 import { boundedQuery } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../callbacks.js';
 
@@ -43,6 +44,15 @@ export interface TailOptions {
    * written.
    */
   beforeCommit?: (page: PageInfo) => unknown;
+  /**
+   * What a handler's failure does: by default it ends the call with the
+   * `HandlerError` (the page rolled back). With `maxAttempts` above 1 the
+   * events before the failing one are delivered again and committed, and it
+   * is tried again alone after a back-off (each try again is an observer
+   * event `{ type: 'handler:retry' }`); after the last try `onExhausted`
+   * stops, or records a dead letter and goes on. See {@link FailurePolicy}.
+   */
+  failures?: FailurePolicy;
 }
 
 /** Options for {@link StreamClient.drain}. */
@@ -130,7 +140,9 @@ export class StreamClient {
    * again only if it did not commit.
    */
   async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
-    checkCallOptions(options, { signal: true, beforeCommit: true } satisfies Record<keyof TailOptions, true>, 'tail');
+    checkCallOptions(options, { signal: true, beforeCommit: true, failures: true } satisfies Record<keyof TailOptions, true>, 'tail');
+    const policy = failurePolicy(options);
+    const tries = noTries();
     const o = this.options;
     let attempt = 0; // failures since the last page that committed
     let held = false; // the cursor was held once: contention since is likely our own lingering session
@@ -141,9 +153,16 @@ export class StreamClient {
           await this.holding(consumer, stream, signal, async (hold) => {
             held = true;
             let ahead: Prefetch | undefined;
+            let replaysAt = -Infinity;
             for (;;) {
+              // Dead letters asked to be replayed: looked for at most every
+              // pollIntervalMs (a short page waits no longer than that).
+              if (policy.onExhausted === 'dead-letter' && performance.now() - replaysAt >= o.pollIntervalMs) {
+                replaysAt = performance.now();
+                await this.replays(hold, handler, signal);
+              }
               const generation = this.listener?.generation ?? 0;
-              const page = await this.page(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead);
+              const page = await this.deliver(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead, policy, tries);
               ahead = page.prefetch;
               attempt = 0;
               if (page.full) {
@@ -174,7 +193,9 @@ export class StreamClient {
    * returns: the same pages as {@link tail}, without waiting for more.
    */
   async drain(consumer: string, stream: string, handler: Handler, options: DrainOptions = {}): Promise<DrainResult> {
-    checkCallOptions(options, { signal: true, beforeCommit: true, maxEvents: true } satisfies Record<keyof DrainOptions, true>, 'drain');
+    checkCallOptions(options, { signal: true, beforeCommit: true, failures: true, maxEvents: true } satisfies Record<keyof DrainOptions, true>, 'drain');
+    const policy = failurePolicy(options);
+    const tries = noTries();
     const max = options.maxEvents ?? Number.MAX_SAFE_INTEGER;
     if (!Number.isSafeInteger(max) || max < 1) {
       throw new InvalidOptionsError('maxEvents', `expected a positive integer, got ${String(options.maxEvents)}`);
@@ -182,11 +203,12 @@ export class StreamClient {
     return this.session(consumer, stream, handler, options.signal, (signal) =>
       this.holding(consumer, stream, signal, async (hold) => {
       const result: DrainResult = { delivered: 0, cursor: 0n, safeSeq: 0n };
+      if (policy.onExhausted === 'dead-letter') await this.replays(hold, handler, signal);
       let wake: WakeReason = 'start';
       let ahead: Prefetch | undefined;
       do {
         const limit = Math.min(this.options.batchSize, max - result.delivered);
-        const page = await this.page(hold, handler, limit, signal, wake, options.beforeCommit, ahead);
+        const page = await this.deliver(hold, handler, limit, signal, wake, options.beforeCommit, ahead, policy, tries);
         ahead = page.prefetch;
         result.delivered += page.delivered;
         result.cursor = page.cursor;
@@ -283,6 +305,172 @@ export class StreamClient {
     }
   }
 
+  /**
+   * The next page under the failure policy: a page as usual, or, while an
+   * event is failing, the events before it (committed first), then the
+   * event alone after its back-off, then its dead letter. Returns the page
+   * that committed; throws what the policy does not absorb.
+   */
+  private async deliver(
+    hold: CursorHold,
+    handler: Handler,
+    limit: number,
+    signal: AbortSignal,
+    wake: WakeReason,
+    beforeCommit: TailOptions['beforeCommit'],
+    ahead: Prefetch | undefined,
+    policy: ResolvedFailurePolicy,
+    tries: Tries,
+  ) {
+    for (;;) {
+      const failing = tries.seq;
+      if (failing !== undefined && tries.before === 0) {
+        if (tries.delayMs > 0) {
+          this.emit({ type: 'handler:retry', consumer: hold.consumer, stream: hold.stream, seq: failing, attempt: tries.attempts + 1, delayMs: tries.delayMs, error: tries.last?.cause });
+          await sleep(tries.delayMs, signal);
+          tries.delayMs = 0;
+          wake = 'retry';
+        }
+        if (tries.attempts >= policy.maxAttempts) {
+          // onExhausted is 'dead-letter' (a 'stop' threw at the last try).
+          // Undefined: the cursor is past the event already (a COMMIT whose
+          // answer was lost, a cursor moved): nothing to set aside.
+          const page = await this.deadLetter(hold, tries, signal, wake);
+          Object.assign(tries, noTries());
+          if (page) return page;
+          continue;
+        }
+      }
+      const cap = tries.before > 0 ? Math.min(limit, tries.before) : failing !== undefined ? 1 : limit;
+      try {
+        const page = await this.page(hold, handler, cap, signal, wake, beforeCommit, failing === undefined ? ahead : undefined);
+        if (failing !== undefined && page.cursor >= failing) {
+          // Past the failing event: handled (in this page, or by one whose
+          // COMMIT answer was lost), or the cursor was moved.
+          Object.assign(tries, noTries());
+        } else if (tries.before > 0) {
+          // The events before the failing one: all of them by now, unless the page was cut shorter (drain's maxEvents).
+          tries.before = page.delivered === 0 ? 0 : Math.max(0, tries.before - page.delivered);
+        }
+        return page;
+      } catch (err) {
+        const before = err instanceof HandlerError ? handledBefore.get(err) : undefined;
+        // Not the handler's own failure, or a transient one (a deadlock, a
+        // serialization failure, a lock wait that timed out in the page's
+        // transaction): no try is counted; the tail retries the page.
+        if (before === undefined || isRetryable(err)) throw err;
+        const failure = err as HandlerError;
+        tries.attempts = failure.seq === tries.seq ? tries.attempts + 1 : 1;
+        tries.seq = failure.seq;
+        tries.before = before;
+        tries.last = failure;
+        if (tries.attempts >= policy.maxAttempts) {
+          if (policy.onExhausted === 'stop') {
+            Object.assign(tries, noTries());
+            throw failure;
+          }
+          tries.delayMs = 0;
+        } else {
+          tries.delayMs = backoffMs(tries.attempts, policy.backoffMinMs, policy.backoffMaxMs);
+        }
+      }
+    }
+  }
+
+  /**
+   * Sets aside the event that failed its last try: a page of that one event
+   * whose "handler" records it as a dead letter, so the record and the
+   * cursor's move past it commit together. Reported as a page that
+   * delivered nothing, and as a `dead-letter` event.
+   */
+  private async deadLetter(hold: CursorHold, tries: Tries, signal: AbortSignal, wake: WakeReason) {
+    const failure = tries.last!;
+    let id: bigint | undefined;
+    const record: Handler = async (event, tx) => {
+      // Another event above the cursor: the failing one is behind it.
+      if (event.seq !== failure.seq) throw NOT_FAILING;
+      const r = await tx.query<{ id: string }>(this.sql.recordDeadLetter, [hold.consumer, hold.stream, event.seq.toString(), tries.attempts, errorText(failure.cause)]);
+      id = BigInt(r.rows[0]!.id);
+    };
+    let page;
+    try {
+      page = await this.page(hold, record, 1, signal, wake, undefined, undefined, false);
+    } catch (err) {
+      if (err instanceof HandlerError && err.cause === NOT_FAILING) return undefined;
+      throw err;
+    }
+    this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: 0, cursor: page.cursor, safeSeq: page.safeSeq, wake });
+    if (id === undefined) return { ...page, delivered: 0 }; // nothing above the cursor any more
+    this.emit({ type: 'dead-letter', consumer: hold.consumer, stream: hold.stream, seq: failure.seq, key: failure.key, attempts: tries.attempts, error: failure.cause, id });
+    return { ...page, delivered: 0 };
+  }
+
+  /**
+   * Delivers the dead letters of this cursor that were asked to be
+   * replayed, oldest event first, each in a transaction of its own that
+   * deletes it: delivered once, or, when its handler fails, left dead with
+   * one try more and the request cleared. The tailer holds the cursor, so
+   * no other tailer of this consumer replays them meanwhile.
+   */
+  private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<number> {
+    const o = this.options;
+    let replayed = 0;
+    // One statement when none is asked for, as is usual.
+    try {
+      if ((await hold.query(this.sql.anyReplay, [hold.consumer, hold.stream])).rows.length === 0) return 0;
+    } catch (err) {
+      throw hold.translate(err);
+    }
+    while (!signal.aborted) {
+      let row: (EventRow & { id: string; attempts: number }) | undefined;
+      try {
+        await hold.query(`BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(o.lockTimeoutMs)}`);
+        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
+        if (!row) {
+          await hold.query('COMMIT');
+          return replayed;
+        }
+      } catch (err) {
+        const failure = hold.contention(err);
+        await hold.rollback();
+        throw failure;
+      }
+      const id = BigInt(row.id);
+      const event = eventOf(row, hold.stream);
+      let live = true;
+      try {
+        await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal });
+      } catch (err) {
+        live = false;
+        await hold.rollback();
+        if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, err);
+        // Stopped, or a transient failure of the transaction (the tail
+        // retries it): the replay did not fail; it stays asked for.
+        if (signal.aborted && err === signal.reason) throw err;
+        if (isRetryable(err)) throw new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
+        try {
+          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);
+        } catch (noteErr) {
+          throw hold.translate(noteErr);
+        }
+        this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: err });
+        continue;
+      }
+      live = false;
+      try {
+        await hold.query(this.sql.replayed, [row.id]);
+        await hold.query('COMMIT');
+      } catch (err) {
+        const failure = hold.contention(err);
+        await hold.rollback();
+        throw failure;
+      }
+      replayed += 1;
+      this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: undefined });
+    }
+    return replayed;
+  }
+
   /** One page (read_page creates the cursor row on first use). */
   private async page(
     hold: CursorHold,
@@ -292,6 +480,7 @@ export class StreamClient {
     wake: WakeReason,
     beforeCommit: TailOptions['beforeCommit'],
     ahead: Prefetch | undefined,
+    report = true,
   ) {
     const o = this.options;
     const readAhead = o.prefetch ? { use: ahead, waitMs: o.responseTimeoutMs, next: (after: bigint) => this.prefetch(hold.stream, after, limit) } : undefined;
@@ -300,7 +489,7 @@ export class StreamClient {
       // it was counted; page again.
       const page = await runPage(hold, this.sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, attempt === 1 ? readAhead : undefined);
       if (page) {
-        this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
+        if (report) this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
         return page;
       }
       if (attempt >= RESYNC_ATTEMPTS) {
@@ -352,4 +541,25 @@ export function pollOnly(ms: number, signal: AbortSignal, lost: LostSource): Pro
     signal.addEventListener('abort', onAbort, { once: true });
     offLost = lost.onLost((err) => finish(() => reject(err)));
   });
+}
+
+/** An error as a dead letter keeps it: its name, SQLSTATE when it has one, and message. */
+function errorText(err: unknown): string {
+  if (err instanceof Error) return `${err.name}${'code' in err && typeof err.code === 'string' ? ` ${err.code}` : ''}: ${err.message}`;
+  return String(err);
+}
+
+/** What the dead-letter page's recorder throws when the event above the cursor is not the failing one. */
+const NOT_FAILING = new Error('tidemark: the failing event is behind the cursor');
+
+/** The call's failure policy; a replay commits outside a page, where `beforeCommit` has nothing to run for. */
+function failurePolicy(options: TailOptions): ResolvedFailurePolicy {
+  const policy = resolveFailurePolicy(options.failures);
+  if (policy.onExhausted === 'dead-letter' && options.beforeCommit !== undefined) {
+    throw new InvalidOptionsError(
+      'failures.onExhausted',
+      "'dead-letter' cannot go with beforeCommit: a replayed dead letter commits outside any page, so effects that beforeCommit would release could be lost",
+    );
+  }
+  return policy;
 }

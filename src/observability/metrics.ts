@@ -124,6 +124,18 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
     labelNames: ['consumer', 'stream'],
     registers,
   });
+  const handlerRetries = new Counter({
+    name: 'tidemark_consumer_handler_retries_total',
+    help: 'Events tried again alone after their handler failed (the failures option).',
+    labelNames: ['consumer', 'stream'],
+    registers,
+  });
+  const deadLetters = new Counter({
+    name: 'tidemark_consumer_dead_letters_total',
+    help: 'Events set aside as dead letters after their last try, by this process.',
+    labelNames: ['consumer', 'stream'],
+    registers,
+  });
   const pruneErrors = new Counter({ name: 'tidemark_pruner_errors_total', help: 'Prune passes that failed, each retried after a back-off.', registers });
   const pruned = new Counter({ name: 'tidemark_pruned_events_total', help: 'Events deleted by retention in this process.', registers });
   const delivered = new Counter({ name: 'tidemark_delivered_events_total', help: 'Events delivered by this process.', labelNames: ['consumer', 'stream'], registers });
@@ -228,6 +240,8 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       if (event.type === 'page' && event.delivered > 0) delivered.inc({ consumer: event.consumer, stream: event.stream }, event.delivered);
       if (event.type === 'listener:error') listenerErrors.inc();
       if (event.type === 'retry') consumerRetries.inc({ consumer: event.consumer, stream: event.stream });
+      if (event.type === 'handler:retry') handlerRetries.inc({ consumer: event.consumer, stream: event.stream });
+      if (event.type === 'dead-letter') deadLetters.inc({ consumer: event.consumer, stream: event.stream });
     },
     relayObserver(event) {
       if (event.type === 'published') {

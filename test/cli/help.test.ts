@@ -29,7 +29,7 @@ test('--version prints the version of package.json', async () => {
 
 test("every command's --help lists the global options", async () => {
   const names = program().commands.map((c) => c.name());
-  assert.deepEqual(names, ['migrate', 'serve', 'relay', 'append', 'watermark', 'tail', 'prune', 'status', 'cursor', 'demo']);
+  assert.deepEqual(names, ['migrate', 'serve', 'relay', 'append', 'watermark', 'tail', 'prune', 'status', 'cursor', 'dead-letters', 'demo']);
   for (const name of names) {
     const help = helpOf(name);
     assert.match(help, /^Global Options:$/m, name);
@@ -50,7 +50,7 @@ test('the help of every command with durations says a number needs its unit', ()
 test("the README's command line block shows every command the CLI has, and no other", async () => {
   const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
   const block = readme.slice(readme.indexOf('```\nnpx tidemark migrate'));
-  const shown = new Set([...block.slice(0, block.indexOf('```', 3)).matchAll(/^npx tidemark (\w+)/gm)].map((m) => m[1]));
+  const shown = new Set([...block.slice(0, block.indexOf('```', 3)).matchAll(/^npx tidemark ([\w-]+)/gm)].map((m) => m[1]));
   const commands = new Set(program().commands.map((c) => c.name()));
   assert.deepEqual([...shown].sort(), [...commands].sort());
 });

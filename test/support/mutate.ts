@@ -35,7 +35,90 @@ const LOOP = 'sql/migrations/0008_wake.sql';
 const TICK = 'sql/migrations/0012_fence_wait.sql';
 const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
+/** Dead letters (version 13). */
+const DEAD = 'sql/migrations/0013_dead_letters.sql';
+
 const MUTANTS: Mutant[] = [
+  {
+    id: 'dead-letter-no-advance',
+    what: 'record_dead_letter records the event but leaves the cursor before it (a SQL consumer may advance short of it)',
+    file: DEAD,
+    find: '  PERFORM {{schema}}.advance_cursor(p_consumer, p_stream, p_seq);\n',
+    replace: '',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-any-event',
+    what: 'record_dead_letter sets aside an event that is not the next above the cursor',
+    file: DEAD,
+    find: '  IF EXISTS (SELECT 1 FROM {{schema}}.events e\n              WHERE e.stream = p_stream AND e.seq > (v_page ->> 2)::bigint AND e.seq < p_seq) THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-forged-content',
+    what: 'a dead letter keeps the content its insert gave, not the stored event\'s',
+    file: DEAD,
+    find: '  SELECT e.kind, e.key, e.payload, e.headers, e.occurred_at\n    INTO NEW.kind, NEW.key, NEW.payload, NEW.headers, NEW.occurred_at\n',
+    replace: '  PERFORM 1\n',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-transient-counted',
+    what: 'a deadlock in the handler counts as a try (and dead-letters the event)',
+    file: 'src/consumer/stream-client.ts',
+    find: '        if (before === undefined || isRetryable(err)) throw err;',
+    replace: '        if (before === undefined) throw err;',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-tries-outlive-cursor',
+    what: 'the tries of an event go on after the cursor passed it',
+    file: 'src/consumer/stream-client.ts',
+    find: '        if (failing !== undefined && page.cursor >= failing) {',
+    replace: '        if (failing !== undefined && page.cursor >= failing && tries.attempts >= policy.maxAttempts) {',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-prefix-skipped',
+    what: 'the events before a failing one are not delivered again first: the failing one is tried as the first of a full page',
+    file: 'src/consumer/stream-client.ts',
+    find: '        tries.before = before;\n',
+    replace: '        tries.before = 0;\n',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-survives-set-back',
+    what: 'a cursor set back keeps the dead letters of the events it delivers again',
+    file: 'src/consumer/cursors.ts',
+    find: 'd.stream = $2 AND d.seq > $3)',
+    replace: 'd.stream = $2 AND d.seq > $3 AND false)',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-survives-bootstrap',
+    what: 'a bootstrap keeps the dead letters of the events its rebuild holds',
+    file: 'src/consumer/page.ts',
+    find: 'd.stream = $2 AND d.seq <= $3)',
+    replace: 'd.stream = $2 AND d.seq <= $3 AND false)',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-replay-abort-counted',
+    what: 'a replay stopped midway counts as a failed try and loses its request',
+    file: 'src/consumer/stream-client.ts',
+    find: '        if (signal.aborted && err === signal.reason) throw err;\n        if (isRetryable(err))',
+    replace: '        if (isRetryable(err))',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-replay-not-deleted',
+    what: 'a replayed dead letter stays: the next replay request applies it again',
+    file: 'src/consumer/page.ts',
+    find: '    replayed: `DELETE FROM ${s}.dead_letters WHERE id = $1`,',
+    replace: '    replayed: `SELECT $1::bigint`,',
+    tests: ['consumer/failures', 'cli/dead-letters'],
+  },
   {
     id: 'owner-claim-ignored-run',
     what: 'watermarker: run the loop though another live instance claims the owner',
