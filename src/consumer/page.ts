@@ -8,6 +8,8 @@ import { streamEvent } from './exact-json.js';
 
 /** The cursor statements of one schema, shared by pages and bootstrap. */
 export interface PageSql {
+  /** BEGIN of a page's REPEATABLE READ transaction, its lock waits bounded (a literal: a validated integer). */
+  begin: (lockTimeoutMs: number) => string;
   /**
    * A page's first message: BEGIN, the lock wait bound, `read_page` and
    * `page_info` (four results). Simple protocol, so the names travel in
@@ -62,6 +64,7 @@ export function pageSql(schema: string): PageSql {
     return `SELECT ${EVENT_COLUMNS('p')} FROM ${s}.read_page(${names}, ${Math.trunc(limit)}) p; SELECT * FROM ${s}.page_info(${names})`;
   };
   return {
+    begin,
     open: (consumer, stream, limit, lockTimeoutMs) => `${begin(lockTimeoutMs)}; ${read(consumer, stream, limit)}`,
     openAhead: (consumer, stream, after, through, events, lockTimeoutMs) =>
       `${begin(lockTimeoutMs)}; SELECT * FROM ${s}.lock_page(${sqlText(consumer)}, ${sqlText(stream)}, ${after.toString()}, ${through.toString()}, ${Math.trunc(events)})`,

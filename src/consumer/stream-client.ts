@@ -400,8 +400,8 @@ export class StreamClient {
       throw err;
     }
     this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: 0, cursor: page.cursor, safeSeq: page.safeSeq, wake });
-    if (id === undefined) return { ...page, delivered: 0 }; // nothing above the cursor any more
-    this.emit({ type: 'dead-letter', consumer: hold.consumer, stream: hold.stream, seq: failure.seq, key: failure.key, attempts: tries.attempts, error: failure.cause, id });
+    // Undefined: nothing above the cursor any more.
+    if (id !== undefined) this.emit({ type: 'dead-letter', consumer: hold.consumer, stream: hold.stream, seq: failure.seq, key: failure.key, attempts: tries.attempts, error: failure.cause, id });
     return { ...page, delivered: 0 };
   }
 
@@ -412,23 +412,21 @@ export class StreamClient {
    * one try more and the request cleared. The tailer holds the cursor, so
    * no other tailer of this consumer replays them meanwhile.
    */
-  private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<number> {
-    const o = this.options;
-    let replayed = 0;
+  private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<void> {
     // One statement when none is asked for, as is usual.
     try {
-      if ((await hold.query(this.sql.anyReplay, [hold.consumer, hold.stream])).rows.length === 0) return 0;
+      if ((await hold.query(this.sql.anyReplay, [hold.consumer, hold.stream])).rows.length === 0) return;
     } catch (err) {
       throw hold.translate(err);
     }
     while (!signal.aborted) {
       let row: (EventRow & { id: string; attempts: number }) | undefined;
       try {
-        await hold.query(`BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ${Math.trunc(o.lockTimeoutMs)}`);
+        await hold.query(this.sql.begin(this.options.lockTimeoutMs));
         row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
         if (!row) {
           await hold.query('COMMIT');
-          return replayed;
+          return;
         }
       } catch (err) {
         const failure = hold.contention(err);
@@ -465,10 +463,8 @@ export class StreamClient {
         await hold.rollback();
         throw failure;
       }
-      replayed += 1;
       this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: undefined });
     }
-    return replayed;
   }
 
   /** One page (read_page creates the cursor row on first use). */
