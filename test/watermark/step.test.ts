@@ -105,6 +105,10 @@ test('a savepoint rolled back or a failed statement never leaves a hole; a seq d
   // A statement that draws seq 5 and fails aborts w1 there and then: its
   // locks go at the error, before its ROLLBACK, and seqs 3 and 5 with them.
   await assert.rejects(w1.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('s', 'k', 'x', '[]')`), /check constraint/);
+  // The server sends the error before it aborts the transaction (and node-pg
+  // rejects at the error, not at ReadyForQuery): the next statement on w1 is
+  // read only once that abort is done, and is refused because w1 is aborted.
+  await assert.rejects(w1.query('SELECT 1'), /current transaction is aborted/);
   assert.deepEqual(await fenceLocks(db.observer), []);
   assert.deepEqual(outcome(await wm.step()), ['advanced', 5n]);
   await w1.query('ROLLBACK');
