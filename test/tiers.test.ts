@@ -14,6 +14,7 @@ test('each test file has one tier, by where it is and what it starts', async () 
   assert.equal(tierOf('test/cli/explain.test.ts', "import { explain } from '../../src/cli/explain.js';"), 'e2e');
   assert.equal(tierOf('test/faults/notify-queue.test.ts', ''), 'e2e');
   assert.equal(tierOf('test/readme.test.ts', ''), 'e2e');
+  assert.equal(tierOf('test/readme-relay.test.ts', ''), 'e2e');
   assert.equal(tierOf('test/schema/roles.test.ts', "import { testDb } from '../support/db.js';\nimport { cli } from '../support/cli.js';"), 'e2e');
   assert.equal(tierOf('test/package.test.ts', "import { connect } from 'amqplib';"), 'e2e');
 

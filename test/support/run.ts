@@ -89,7 +89,7 @@ async function main(): Promise<number> {
   // Unit tests need no server: none is started, nor a template migrated.
   if (files.every((f) => tiers.get(f) === 'unit')) return runFiles(files, {});
 
-  // `npx tidemark`, as the README's commands run it (test/readme.test.ts
+  // `npx tidemark`, as the README's commands run it (test/readme*.test.ts
   // runs them as written), installs this checkout into npm's npx cache on
   // first use from a path, and that install runs the prepare script: a
   // build rewriting dist/ while other tests load it. Once, before any test.
@@ -121,8 +121,12 @@ async function main(): Promise<number> {
   await migrate(templatePool);
   await templatePool.end();
 
+  // The runner starts files in the order given: the slowest tier first, so
+  // the last files to finish are short ones and the run has no long tail.
+  const rank: Record<Tier, number> = { e2e: 0, integration: 1, unit: 2 };
+  const ordered = [...files].sort((a, b) => rank[tiers.get(a)!] - rank[tiers.get(b)!]);
   try {
-    return await runFiles(files, { TIDEMARK_TEST_ADMIN_URL: adminUrl, TIDEMARK_TEST_TEMPLATE: template });
+    return await runFiles(ordered, { TIDEMARK_TEST_ADMIN_URL: adminUrl, TIDEMARK_TEST_TEMPLATE: template });
   } finally {
     // Drop the template and any database a crashed test left behind.
     const leftovers = await admin.query<{ datname: string }>(
@@ -145,7 +149,7 @@ function runFiles(files: string[], env: NodeJS.ProcessEnv): Promise<number> {
   return new Promise<number>((resolve) => {
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, '--test-reporter=spec', ...files],
+      ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, `--test-reporter=${process.env.TIDEMARK_TEST_REPORTER ?? 'spec'}`, ...files],
       { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } },
     );
     child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));

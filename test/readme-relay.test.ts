@@ -1,0 +1,193 @@
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { after, test } from 'node:test';
+import { promisify } from 'node:util';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { closeAdmin, testDb, waitFor } from './support/db.js';
+import { exited, startCli } from './support/cli.js';
+import { root, runExample } from './support/examples.js';
+import { freePort, startNatsServer } from './support/nats-server.js';
+import { Watermarker } from '../src/index.js';
+
+// The README's relay walkthrough and broker examples, against NATS and RabbitMQ.
+
+after(closeAdmin);
+
+test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verbatim, and they run as shown, again and again', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  for (const name of ['relay.ts', 'jetstream-consumer.ts']) {
+    assert.ok(readme.includes((await readFile(new URL(`examples/${name}`, root), 'utf8')).trim()), `README.md embeds examples/${name}`);
+  }
+  const nats = await startNatsServer(t);
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
+  const run = (name: string) => runExample(name, { DATABASE_URL: db.url, NATS_URL: nats.url });
+  // A stream with nothing in it yet: the consumer reads nothing and ends (it used to wait forever).
+  const nc = await connect({ servers: nats.url });
+  await (await jetstreamManager(nc)).streams.add({ name: 'TIDEMARK', subjects: ['tidemark.orders.>'] });
+  await nc.close();
+  assert.equal(await run('jetstream-consumer.ts'), '', 'an empty stream: nothing printed, and the example ends');
+  assert.equal(await run('relay.ts'), 'relayed orders through seq 2\n');
+  const line = (seq: number, total: number) => `tidemark.orders.order.placed seq ${seq}: {"total": ${total}}\n`;
+  assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7));
+  assert.equal(await run('relay.ts'), 'relayed orders through seq 4\n', 'a second run relays only the new events');
+  assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7) + line(3, 42) + line(4, 7), 'each event once, in seq order');
+});
+
+/** The command lines of the README's relay walkthrough, in order: every line of its ```sh blocks. */
+async function relayWalkthrough(): Promise<string[]> {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  const section = readme.slice(readme.indexOf('## Relaying to a broker'), readme.indexOf('## Failures and recovery'));
+  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) => m[1]!.split('\n').filter(Boolean));
+}
+
+/**
+ * Runs one command line of the README as a shell runs it, from the
+ * checkout (`npx tidemark` is this package's bin there), with the
+ * addresses of this test's own servers put in for the machine's.
+ */
+function shell(line: string, env: NodeJS.ProcessEnv): ChildProcess {
+  // A process group of its own, as a terminal's foreground job: Ctrl-C is
+  // SIGINT to the whole group (npx and the node process it starts).
+  return spawn('sh', ['-c', `exec ${line}`], { cwd: new URL('.', root).pathname, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+}
+
+/** A relay stopped by Ctrl-C: it says so last; npx itself ends by the signal, as in a terminal (exit status 130). */
+function stoppedCleanly(r: { code: number | string; stderr: string }): void {
+  assert.match(r.stderr, /\ntidemark relay: SIGINT: stopping\ntidemark relay: stopped\n$/, r.stderr);
+  assert.ok(r.code === 0 || r.code === 'SIGINT', String(r.code));
+}
+
+/** After the test: whatever is left of `child`'s job. */
+function killGroup(child: ChildProcess): void {
+  try {
+    process.kill(-child.pid!, 'SIGKILL');
+  } catch {
+    // the job is gone
+  }
+}
+
+/** Ctrl-C in the terminal of `child`'s job. */
+function ctrlC(child: ChildProcess): void {
+  process.kill(-child.pid!, 'SIGINT');
+}
+
+async function finished(child: ChildProcess): Promise<{ code: number | string; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return { code: await exited(child), stdout, stderr };
+}
+
+test('the README\'s relay walkthrough runs as written, command by command, against NATS and RabbitMQ', { timeout: 240_000 }, async (t) => {
+  const lines = await relayWalkthrough();
+  assert.deepEqual(lines.map((l) => l.split(' ').slice(0, 3).join(' ')), [
+    'npx tidemark relay',
+    'npx tsx examples/jetstream-consumer.ts',
+    'npx tidemark relay',
+    'npx tsx examples/rabbitmq-consumer.ts',
+    'npx tidemark relay',
+    'npx tsx examples/rabbitmq-consumer.ts',
+  ]);
+  const nats = await startNatsServer(t);
+  const httpPort = await freePort();
+  const vhost = `tidemark-walkthrough-${process.pid}-${Date.now()}`;
+  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
+  await ctl('add_vhost', vhost);
+  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
+  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
+  const amqp = `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+  const db = await testDb(t);
+  const env = { DATABASE_URL: db.url, NATS_URL: nats.url, AMQP_URL: amqp };
+  const ours = (line: string) =>
+    line.replaceAll('nats://127.0.0.1:4222', nats.url).replaceAll('amqp://guest:guest@127.0.0.1:5672', amqp).replaceAll('127.0.0.1:9465', `127.0.0.1:${httpPort}`);
+  const order = async (stream: string, key: string, total: number) => {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ($1, 'order.placed', $2, $3)`, [stream, key, { total }]);
+    const watermarker = new Watermarker(db.pool(), { owner: 'readme' });
+    await watermarker.step();
+    await watermarker.close(); // lets the lease go: examples/relay.ts steps with a watermarker of its own
+  };
+  const cursor = async (consumer: string, stream: string) =>
+    (await db.observer.query<{ seq: string }>(`SELECT seq::text AS seq FROM tidemark.cursors WHERE consumer = $1 AND stream = $2`, [consumer, stream])).rows[0]?.seq;
+  /** A relay command: runs until its cursors reach `through`, then Ctrl-C (SIGINT); it must exit 0. */
+  const relayUntil = async (line: string, consumer: string, through: Record<string, string>) => {
+    const child = shell(ours(line), env);
+    const done = finished(child);
+    t.after(() => killGroup(child));
+    await waitFor(`${line} to relay through ${JSON.stringify(through)}`, async () => {
+      for (const [stream, seq] of Object.entries(through)) if ((await cursor(consumer, stream)) !== seq) return false;
+      return true;
+    });
+    ctrlC(child);
+    stoppedCleanly(await done);
+  };
+  const run = async (line: string) => {
+    const r = await finished(shell(ours(line), env));
+    assert.equal(r.code, 0, `${line}: ${r.stderr}`);
+    return r.stdout;
+  };
+  const natsLine = (seq: number, stream: string, total: number) => `tidemark.${stream}.order.placed seq ${seq}: {"total": ${total}}\n`;
+
+  await order('orders', 'o-1', 42);
+  await order('orders', 'o-2', 7);
+  await relayUntil(lines[0]!, 'to-nats', { orders: '2' });
+  assert.equal(await run(lines[1]!), natsLine(1, 'orders', 42) + natsLine(2, 'orders', 7));
+  // A second stream: --create-stream widens TIDEMARK's subjects; --from now starts its cursor at the present.
+  await order('payments', 'p-1', 5); // seq 3: before the relay of payments started, so not relayed
+  await order('orders', 'o-3', 1); // seq 4
+  const widened = shell(ours(lines[2]!), env);
+  const widenedDone = finished(widened);
+  t.after(() => killGroup(widened));
+  // The two streams are relayed independently, so JetStream holds them in the order each was published:
+  // orders' seq 4 goes out before payments' seq 5 is written, which makes that order the order below.
+  await waitFor('the payments cursor to start at the present, and orders to be relayed through seq 4', async () =>
+    (await cursor('to-nats', 'payments')) === '4' && (await cursor('to-nats', 'orders')) === '4');
+  await order('payments', 'p-2', 6); // seq 5
+  await waitFor('both cursors to reach seq 5', async () => (await cursor('to-nats', 'orders')) === '4' && (await cursor('to-nats', 'payments')) === '5');
+  ctrlC(widened);
+  stoppedCleanly(await widenedDone);
+  assert.equal(await run(lines[1]!), natsLine(1, 'orders', 42) + natsLine(2, 'orders', 7) + natsLine(4, 'orders', 1) + natsLine(5, 'payments', 6));
+  // The TypeScript relay of the same destination goes on from the same cursors.
+  assert.equal(await runExample('relay.ts', env), 'relayed orders through seq 7\n');
+  assert.equal(await run(lines[1]!), natsLine(1, 'orders', 42) + natsLine(2, 'orders', 7) + natsLine(4, 'orders', 1) + natsLine(5, 'payments', 6) + natsLine(6, 'orders', 42) + natsLine(7, 'orders', 7));
+
+  // RabbitMQ: the consumer declares its queue, the relay fills it, the consumer reads it.
+  assert.equal(await run(lines[3]!), '', 'the first run declares the queue; nothing was relayed yet');
+  await relayUntil(lines[4]!, 'to-rabbit', { orders: '7' });
+  const rabbitLine = (seq: number, total: number) => `orders.order.placed tidemark:${seq}: {"total": ${total}}\n`;
+  assert.equal(await run(lines[5]!), [[1, 42], [2, 7], [4, 1], [6, 42], [7, 7]].map(([seq, total]) => rabbitLine(seq!, total!)).join(''));
+});
+
+test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the relay command it shows, each event arrives', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  assert.ok(readme.includes((await readFile(new URL('examples/rabbitmq-consumer.ts', root), 'utf8')).trim()), 'README.md embeds examples/rabbitmq-consumer.ts');
+  assert.ok(readme.includes('npx tidemark relay --to amqp://guest:guest@127.0.0.1:5672 --consumer to-rabbit --stream orders --exchange tidemark\n'));
+  // A vhost of the test's own on the shared broker: the example's fixed names cannot meet another run's.
+  const vhost = `tidemark-readme-${process.pid}-${Date.now()}`;
+  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
+  await ctl('add_vhost', vhost);
+  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
+  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
+  const amqp = `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+  const db = await testDb(t);
+  for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
+  }
+  await new Watermarker(db.pool(), { owner: 'readme' }).step();
+  const consumer = () => runExample('rabbitmq-consumer.ts', { AMQP_URL: amqp });
+  assert.equal(await consumer(), '', 'the first run declares the queue; nothing was relayed yet');
+  const relay = startCli(['relay', '--database-url', db.url, '--to', amqp, '--consumer', 'to-rabbit', '--stream', 'orders', '--exchange', 'tidemark']);
+  try {
+    await waitFor('the relay to commit its cursor', async () => {
+      const r = await db.observer.query(`SELECT seq FROM tidemark.cursors WHERE consumer = 'to-rabbit'`);
+      return r.rows[0]?.seq === '2';
+    });
+  } finally {
+    relay.kill('SIGTERM');
+  }
+  assert.equal(await exited(relay), 0);
+  assert.equal(await consumer(), 'orders.order.placed tidemark:1: {"total": 42}\norders.order.placed tidemark:2: {"total": 7}\n');
+});
