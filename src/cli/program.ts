@@ -5,16 +5,6 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
-import { appendCommand } from './commands/append.js';
-import { demoCommand } from './commands/demo.js';
-import { migrateCommand } from './commands/migrate.js';
-import { pruneCommand } from './commands/prune.js';
-import { relayCommand, serveCommand } from './commands/serve.js';
-import { statusCommand } from './commands/status.js';
-import { cursorDeleteCommand, cursorListCommand, cursorSetCommand } from './commands/cursor.js';
-import { deadLettersDiscardCommand, deadLettersListCommand, deadLettersReplayCommand } from './commands/dead-letters.js';
-import { tailCommand } from './commands/tail.js';
-import { watermarkCommand } from './commands/watermark.js';
 import { checkGlobals, type GlobalOptions } from './context.js';
 import { CliError } from './cli-error.js';
 import type { ExplainContext } from './explain.js';
@@ -71,6 +61,18 @@ const TEMPLATES = '\nA <template> names event fields in braces: {schema}, {strea
 export const DURATIONS = '\nA <duration> is a number and its unit: 500ms, 10s, 1.5m, 2h, 7d. A bare number (other than 0) is refused.\n';
 
 /**
+ * A command's module, loaded when that command runs: `tidemark append`
+ * does not load the relay's broker clients or the demo (a quicker start for
+ * every short command; `--help` and usage errors load none of them).
+ */
+function lazy<M, K extends keyof M>(load: () => Promise<M>, name: K): M[K] {
+  return (async (...args: unknown[]) => {
+    const run = (await load())[name] as (...a: unknown[]) => Promise<number>;
+    return run(...args);
+  }) as M[K];
+}
+
+/**
  * Builds the command tree. An action reports its exit code to `setExit`,
  * and what it connects to (for one-line failure messages) to `setContext`.
  */
@@ -112,7 +114,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .description('apply pending migrations and list them')
     .option('--dry-run', 'list what would be applied; apply nothing')
     .addHelpText('after', examples(['npx tidemark migrate', 'DATABASE_URL=postgres://localhost/app npx tidemark migrate --dry-run']))
-    .action(action(migrateCommand));
+    .action(action(lazy(() => import('./commands/migrate.js'), 'migrateCommand')));
 
   relayFlags(refuseRemovedFlags(root.command('serve')))
     .description('run the daemon: the leased watermarker, the pruner and/or the relay, with /healthz and /metrics')
@@ -136,7 +138,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
         DURATIONS +
         TEMPLATES,
     )
-    .action(action(serveCommand));
+    .action(action(lazy(() => import('./commands/serve.js'), 'serveCommand')));
 
   relayFlags(root.command('relay'))
     .description('forward streams to NATS JetStream or RabbitMQ, in seq order, with a durable cursor per stream')
@@ -152,7 +154,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
         TEMPLATES +
         '\nNATS: each event lands in JetStream once (Nats-Msg-Id <schema>:<seq>, within the stream\'s duplicate window).\nRabbitMQ: at least once (publisher confirms); consumers deduplicate by message_id <schema>:<seq>.\n',
     )
-    .action(action(relayCommand));
+    .action(action(lazy(() => import('./commands/serve.js'), 'relayCommand')));
 
   root
     .command('append')
@@ -168,14 +170,14 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
       'after',
       examples([`npx tidemark append --stream orders --kind order.placed --key o-1 --payload '{"total":42}'`, 'cat events.ndjson | npx tidemark append --ndjson']),
     )
-    .action(action(appendCommand));
+    .action(action(lazy(() => import('./commands/append.js'), 'appendCommand')));
 
   refuseRemovedFlags(root.command('watermark'))
     .description('run one watermark step')
     .option('--once', 'one step, then release the lease')
     .option('--json', 'print the progress as JSON')
     .addHelpText('after', examples(['npx tidemark watermark --once --json']))
-    .action(action(watermarkCommand));
+    .action(action(lazy(() => import('./commands/watermark.js'), 'watermarkCommand')));
 
   root
     .command('tail')
@@ -195,7 +197,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
         DURATIONS +
         '\nExit code 3: retention removed events the consumer had not read; rebuild, then rerun with --bootstrap.\n',
     )
-    .action(action(tailCommand));
+    .action(action(lazy(() => import('./commands/tail.js'), 'tailCommand')));
 
   root
     .command('prune')
@@ -205,14 +207,14 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--allow-short-retention', 'accept a retention below 1h')
     .option('--json', 'print the result as JSON')
     .addHelpText('after', examples(['npx tidemark prune --once --retention 3d']) + DURATIONS)
-    .action(action(pruneCommand));
+    .action(action(lazy(() => import('./commands/prune.js'), 'pruneCommand')));
 
   root
     .command('status')
     .description('safe_seq, lag, lease, streams and consumers')
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark status', 'npx tidemark status --json --schema tidemark_demo']))
-    .action(action(statusCommand));
+    .action(action(lazy(() => import('./commands/status.js'), 'statusCommand')));
 
   const cursor = root.command('cursor').description('list, set or delete durable cursors (a consumer\'s position in a stream)');
   cursor
@@ -220,7 +222,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .description('every cursor: consumer, stream, seq, lag in events and seconds, last commit, the session holding it')
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark cursor list', 'npx tidemark cursor list --json']))
-    .action(action(cursorListCommand));
+    .action(action(lazy(() => import('./commands/cursor.js'), 'cursorListCommand')));
   cursor
     .command('set')
     .description('move a cursor (creating it for a new consumer); refused while a consumer holds it')
@@ -232,7 +234,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
       'after',
       examples(['npx tidemark cursor set --consumer audit --stream orders --to now', 'npx tidemark cursor set --consumer audit --stream orders --to 1200']),
     )
-    .action(action(cursorSetCommand));
+    .action(action(lazy(() => import('./commands/cursor.js'), 'cursorSetCommand')));
   cursor
     .command('delete')
     .description('delete a cursor; refused while a consumer holds it')
@@ -240,7 +242,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .requiredOption('--stream <name>', 'stream')
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark cursor delete --consumer audit --stream orders']))
-    .action(action(cursorDeleteCommand));
+    .action(action(lazy(() => import('./commands/cursor.js'), 'cursorDeleteCommand')));
 
   const deadLetters = root
     .command('dead-letters')
@@ -252,7 +254,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--stream <name>', 'only this stream\'s (with --consumer)')
     .option('--json', 'JSON output (every field, payload and headers as PostgreSQL\'s text)')
     .addHelpText('after', examples(['npx tidemark dead-letters list', 'npx tidemark dead-letters list --consumer billing --json']))
-    .action(action(deadLettersListCommand));
+    .action(action(lazy(() => import('./commands/dead-letters.js'), 'deadLettersListCommand')));
   deadLetters
     .command('replay')
     .description("ask for a replay: the consumer's own tail (with the dead-letter policy) delivers the event to its handler again and deletes the dead letter in that transaction")
@@ -262,7 +264,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--stream <name>', 'with --consumer')
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark dead-letters replay 12 13', 'npx tidemark dead-letters replay --all --consumer billing']))
-    .action(actionWithArgs(deadLettersReplayCommand));
+    .action(actionWithArgs(lazy(() => import('./commands/dead-letters.js'), 'deadLettersReplayCommand')));
   deadLetters
     .command('discard')
     .description('delete dead letters: their events stay skipped')
@@ -272,7 +274,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--stream <name>', 'with --consumer')
     .option('--json', 'JSON output')
     .addHelpText('after', examples(['npx tidemark dead-letters discard 12', 'npx tidemark dead-letters discard --all --consumer billing --stream orders']))
-    .action(actionWithArgs(deadLettersDiscardCommand));
+    .action(actionWithArgs(lazy(() => import('./commands/dead-letters.js'), 'deadLettersDiscardCommand')));
 
   root
     .command('demo')
@@ -280,7 +282,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--duration <duration>', 'how long writers write', '10s')
     .option('--writers <n>', 'concurrent writers', '4')
     .addHelpText('after', examples(['npx tidemark demo', 'npx tidemark demo --duration 30s --writers 8']) + DURATIONS)
-    .action(action(demoCommand, 'tidemark_demo'));
+    .action(action(lazy(() => import('./commands/demo.js'), 'demoCommand'), 'tidemark_demo'));
 
   return root;
 }
