@@ -21,7 +21,7 @@ test('serve answers /healthz and /metrics; SIGTERM exits 0 and releases the leas
   await stderr.next(/lease acquired: active/);
   // The step budget reaches the loop in PostgreSQL.
   const call = await waitFor('the loop running', async () =>
-    (await db.observer.query<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE application_name = 'tidemark-watermarker' AND query LIKE 'CALL %'`)).rows[0]?.query);
+    (await db.observer.query<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'tidemark-watermarker' AND query LIKE 'CALL %'`)).rows[0]?.query);
   assert.match(call, /p_max_steps_per_second => 250\b/);
 
   await cli(['append', '--stream', 'orders', '--kind', 'k', '--key', 'x'], { env });
