@@ -66,12 +66,23 @@ async function main(): Promise<number> {
   };
   const dir = option('--in') ?? 'test';
   const tier = option('--tier');
+  // `--server-tests`: only the files whose tests use the server this run
+  // provides (they call testDb). The others start their own servers or none,
+  // and do the same whichever server this is: .ci/run's second pass, on the
+  // embedded server, leaves them to the first.
+  const serverTests = args.includes('--server-tests');
+  if (serverTests) args.splice(args.indexOf('--server-tests'), 1);
   if (tier !== undefined && !TIERS.includes(tier as Tier)) throw new Error(`--tier: expected one of ${TIERS.join(', ')}, got ${tier}`);
   const filters = args;
   let files = await testFiles(join(root, dir));
   if (filters.length > 0) files = files.filter((f) => filters.some((x) => f.includes(x)));
   const tiers = new Map(await Promise.all(files.map(async (f) => [f, tierOf(f, await readFile(join(root, f), 'utf8'))] as const)));
   if (tier !== undefined) files = files.filter((f) => tiers.get(f) === tier);
+  if (serverTests) {
+    const uses = await Promise.all(files.map(async (f) => /\btestDb\(/.test(await readFile(join(root, f), 'utf8'))));
+    console.log(`# not run here (--server-tests: they do not use this server): ${files.filter((_, i) => !uses[i]).join(', ')}`);
+    files = files.filter((_, i) => uses[i]);
+  }
   // TIDEMARK_TEST_EXCLUDE=a,b leaves out the files whose path contains a or b, and says so:
   // .ci/run runs the broker tests against one PostgreSQL only (they test the brokers' side).
   const excluded = (process.env.TIDEMARK_TEST_EXCLUDE ?? '').split(',').filter(Boolean);
