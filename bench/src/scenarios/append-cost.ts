@@ -37,7 +37,7 @@ function median(values: number[]): number {
 export async function appendCost(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const windowMs = ctx.pick(300, 1000);
-  const windows = ctx.pick(2, 10);
+  const windows = ctx.pick(1, 10);
   const measured = ctx.contenders.filter((c) => !SAME_WRITER_AS[c.id] || !ctx.contenders.some((o) => o.id === SAME_WRITER_AS[c.id]));
   const rows: (string | number)[][] = [];
   const goals: Goal[] = [];

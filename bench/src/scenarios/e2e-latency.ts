@@ -35,9 +35,9 @@ interface WriteReport {
 export async function e2eLatency(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const rates = ctx.pick([1000], [100, 1000, 5000]);
-  const windowMs = ctx.pick(1000, 5000);
+  const windowMs = ctx.pick(600, 5000);
   const probes = ctx.pick(3, 50);
-  const idleMs: [number, number] = ctx.pick([1000, 1500], [2000, 10000]);
+  const idleMs: [number, number] = ctx.pick([600, 900], [2000, 10000]);
   const rows: (string | number | null)[][] = [];
   const goals: Goal[] = [];
   const notes: string[] = [];

@@ -55,9 +55,9 @@ async function torture(ctx: BenchContext, contender: Contender): Promise<Row> {
     })();
     const load = await runLoad(contender, url, {
       writers: 8,
-      durationMs: ctx.pick(3000, 20000),
+      durationMs: ctx.pick(2000, 20000),
       eventsPerTx: () => 1 + Math.floor(Math.random() * 3),
-      holdMs: () => (Math.random() < 0.01 ? 5000 : Math.random() * 200),
+      holdMs: () => (Math.random() < 0.01 ? ctx.pick(2000, 5000) : Math.random() * 200),
       rollback: () => Math.random() < 0.02,
       record: true,
     });
@@ -93,7 +93,7 @@ export async function gapTorture(ctx: BenchContext): Promise<ScenarioResult> {
     id: 'gap-torture',
     title: '1. Gap torture (correctness)',
     method:
-      `8 writers, ${ctx.pick(3, 20)} s: transactions of 1-3 events stay open 0-200 ms after their inserts (1% for 5 s), 2% roll back; ` +
+      `8 writers, ${ctx.pick(2, 20)} s: transactions of 1-3 events stay open 0-200 ms after their inserts (1% for ${ctx.pick(2, 5)} s), 2% roll back; ` +
       `the consumer process is SIGKILLed ${ctx.pick('0.3-1.5', '0.5-3')} s after each start and restarted, then drains. One cursor per contender; ` +
       'each delivery is recorded in the handler transaction. Out of order counts first deliveries that came after a later event of the same writer. ' +
       'Contenders run four at a time, each on its own database.',

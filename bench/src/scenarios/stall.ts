@@ -36,10 +36,10 @@ interface Probe {
 export async function stallBlastRadius(ctx: BenchContext): Promise<ScenarioResult> {
   const t0 = performance.now();
   const phaseMs: Record<Phase, number> = {
-    steady: ctx.pick(1500, 5000),
-    'idle writer, other database': ctx.pick(3000, 30000),
-    'long read-only snapshot': ctx.pick(2000, 20000),
-    'long outbox writer': ctx.pick(2000, 20000),
+    steady: ctx.pick(1000, 5000),
+    'idle writer, other database': ctx.pick(2000, 30000),
+    'long read-only snapshot': ctx.pick(1500, 20000),
+    'long outbox writer': ctx.pick(1500, 20000),
   };
   ctx.progress.step('stall blast radius: setup');
   const otherUrl = await ctx.server.freshDatabase('stall_other');
