@@ -409,7 +409,8 @@ export class StreamClient {
    * Delivers the dead letters of this cursor that were asked to be
    * replayed, oldest event first, each in a transaction of its own that
    * deletes it: delivered once, or, when its handler fails, left dead with
-   * one try more and the request cleared. The tailer holds the cursor, so
+   * one try more and the request it served cleared (one made since stays,
+   * and is served at once). The tailer holds the cursor, so
    * no other tailer of this consumer replays them meanwhile.
    */
   private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<void> {
@@ -420,10 +421,10 @@ export class StreamClient {
       throw hold.translate(err);
     }
     while (!signal.aborted) {
-      let row: (EventRow & { id: string; attempts: number }) | undefined;
+      let row: (EventRow & { id: string; attempts: number; requested: string }) | undefined;
       try {
         await hold.query(this.sql.begin(this.options.lockTimeoutMs));
-        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
+        row = (await hold.query<EventRow & { id: string; attempts: number; requested: string }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
         if (!row) {
           await hold.query('COMMIT');
           return;
@@ -447,7 +448,7 @@ export class StreamClient {
         if (signal.aborted && err === signal.reason) throw err;
         if (isRetryable(err)) throw new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
         try {
-          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);
+          await hold.query(this.sql.replayFailed, [row.id, errorText(err), row.requested]);
         } catch (noteErr) {
           throw hold.translate(noteErr);
         }

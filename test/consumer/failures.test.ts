@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { createMetrics, HandlerError, InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent, type StreamEvent } from '../../src/index.js';
-import { closeAdmin, testDb, testRole, type TestDb } from '../support/db.js';
+import { closeAdmin, testDb, testRole, waitForBlockedStatement, type TestDb } from '../support/db.js';
 import { latch, Recorder } from '../support/latch.js';
 import { deleteCursor, setCursor } from '../../src/consumer/cursors.js';
 
@@ -165,6 +165,41 @@ test('a dead letter asked to be replayed is delivered again to the handler and d
   replayed.length = 0;
   await client.drain('c', 's', async (e) => void replayed.push(e), { failures: policy });
   assert.deepEqual(replayed, []);
+});
+
+test('a replay asked for again while a failed replay rolls back is kept, and served at once: the bookkeeping clears only the request it served', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query('CREATE TABLE applied (seq bigint PRIMARY KEY)');
+  await publish(db, ['{"poison": 1}', '{}']);
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  const policy = { onExhausted: 'dead-letter' } as const;
+  await client.drain('c', 's', applying([], (e) => e.payloadText.includes('poison')), { failures: policy });
+  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+
+  // The replay's transaction holds the dead letter's row: the operator's new request waits for it, and gets
+  // it first when the failed replay rolls back, before the replay's bookkeeping (queued behind it) runs.
+  const operator = await db.session('operator');
+  let asked: Promise<unknown> | undefined;
+  const calls: bigint[] = [];
+  await client.drain(
+    'c',
+    's',
+    async (e, tx) => {
+      calls.push(e.seq);
+      if (calls.length === 1) {
+        asked = operator.query('UPDATE tidemark.dead_letters SET replay_requested_at = now() /* asked again */');
+        await waitForBlockedStatement(db.observer, 'asked again');
+        throw new Error('still poison');
+      }
+      await tx.query('INSERT INTO applied (seq) VALUES ($1)', [e.seq]);
+    },
+    { failures: policy },
+  );
+  await asked;
+  assert.deepEqual(calls, [1n, 1n], 'replayed again for the request made during the first replay');
+  assert.equal((await db.observer.query('SELECT 1 FROM tidemark.dead_letters')).rowCount, 0);
+  assert.deepEqual((await db.observer.query('SELECT seq::int FROM applied ORDER BY seq')).rows, [{ seq: 1 }, { seq: 2 }]);
 });
 
 test('a tail with the dead-letter policy replays what is asked for while it runs', async (t) => {

@@ -120,6 +120,14 @@ const MUTANTS: Mutant[] = [
     tests: ['consumer/failures', 'cli/dead-letters'],
   },
   {
+    id: 'dead-letter-replay-clears-new-request',
+    what: 'a failed replay clears a replay request made after it rolled back',
+    file: 'src/consumer/page.ts',
+    find: 'replay_requested_at = CASE WHEN replay_requested_at::pg_catalog.text = $3 THEN NULL ELSE replay_requested_at END',
+    replace: 'replay_requested_at = CASE WHEN $3::text IS NOT NULL THEN NULL::timestamptz END',
+    tests: ['consumer/failures'],
+  },
+  {
     id: 'owner-claim-ignored-run',
     what: 'watermarker: run the loop though another live instance claims the owner',
     file: 'src/watermark/loop.ts',
