@@ -87,7 +87,7 @@ export function pageSql(schema: string): PageSql {
 UPDATE ${s}.cursors SET seq = $3, updated_at = pg_catalog.now() WHERE consumer = $1 AND stream = $2`,
     ensureCursor: `INSERT INTO ${s}.cursors (consumer, stream) VALUES ($1, $2) ON CONFLICT (consumer, stream) DO NOTHING`,
     recordDeadLetter: `SELECT ${s}.record_dead_letter($1, $2, $3, $4, $5)::text AS id`,
-    nextReplay: `SELECT d.id::text AS id, d.attempts, d.replay_requested_at::pg_catalog.text AS requested, ${EVENT_COLUMNS('d')}
+    nextReplay: `SELECT d.id::text AS id, d.attempts, ${EVENT_COLUMNS('d')}
   FROM ${s}.dead_letters d
  WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL
    AND d.seq <= (SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2)
@@ -97,12 +97,10 @@ UPDATE ${s}.cursors SET seq = $3, updated_at = pg_catalog.now() WHERE consumer =
     anyReplay: `SELECT 1 FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL
    AND d.seq <= (SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2) LIMIT 1`,
     replayed: `DELETE FROM ${s}.dead_letters WHERE id = $1`,
-    // Clears the request it served, not one made since (after the failed
-    // replay's rollback released the row): that one is served next.
-    replayFailed: `UPDATE ${s}.dead_letters
-   SET attempts = attempts + 1, last_error = pg_catalog.left($2, 8192), dead_at = pg_catalog.now(),
-       replay_requested_at = CASE WHEN replay_requested_at::pg_catalog.text = $3 THEN NULL ELSE replay_requested_at END
- WHERE id = $1`,
+    // In the replay's transaction, after ROLLBACK TO its savepoint: the row
+    // stays locked from the read to this commit, so a request made meanwhile
+    // waits for it and is kept.
+    replayFailed: `UPDATE ${s}.dead_letters SET attempts = attempts + 1, last_error = pg_catalog.left($2, 8192), dead_at = pg_catalog.now(), replay_requested_at = NULL WHERE id = $1`,
   };
 }
 

@@ -408,9 +408,10 @@ export class StreamClient {
   /**
    * Delivers the dead letters of this cursor that were asked to be
    * replayed, oldest event first, each in a transaction of its own that
-   * deletes it: delivered once, or, when its handler fails, left dead with
-   * one try more and the request it served cleared (one made since stays,
-   * and is served at once). The tailer holds the cursor, so
+   * deletes it: delivered once, or, when its handler fails, its effects
+   * rolled back to a savepoint and the row left dead with one try more and
+   * its request cleared, in that transaction (a request made meanwhile
+   * waits for the row, and stays). The tailer holds the cursor, so
    * no other tailer of this consumer replays them meanwhile.
    */
   private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<void> {
@@ -421,14 +422,15 @@ export class StreamClient {
       throw hold.translate(err);
     }
     while (!signal.aborted) {
-      let row: (EventRow & { id: string; attempts: number; requested: string }) | undefined;
+      let row: (EventRow & { id: string; attempts: number }) | undefined;
       try {
         await hold.query(this.sql.begin(this.options.lockTimeoutMs));
-        row = (await hold.query<EventRow & { id: string; attempts: number; requested: string }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
+        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
         if (!row) {
           await hold.query('COMMIT');
           return;
         }
+        await hold.query('SAVEPOINT tidemark_replay');
       } catch (err) {
         const failure = hold.contention(err);
         await hold.rollback();
@@ -441,16 +443,27 @@ export class StreamClient {
         await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal });
       } catch (err) {
         live = false;
-        await hold.rollback();
-        if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, err);
-        // Stopped, or a transient failure of the transaction (the tail
-        // retries it): the replay did not fail; it stays asked for.
-        if (signal.aborted && err === signal.reason) throw err;
-        if (isRetryable(err)) throw new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
+        const failure = new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
+        // A lost connection; a stop (whatever error the handler ended
+        // with); or a transient failure of the transaction, classified as
+        // a page's handler failure is (the tail retries it): the replay did
+        // not fail, and stays asked for, no try counted.
+        if (hold.isBroken || signal.aborted || isRetryable(failure)) {
+          await hold.rollback();
+          if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, err);
+          throw signal.aborted ? err : failure;
+        }
+        // Failed: undo the handler's effects, and note the try in the same
+        // transaction, which still holds the row (a request made meanwhile
+        // waits for this commit, and stays).
         try {
-          await hold.query(this.sql.replayFailed, [row.id, errorText(err), row.requested]);
+          await hold.query('ROLLBACK TO SAVEPOINT tidemark_replay');
+          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);
+          await hold.query('COMMIT');
         } catch (noteErr) {
-          throw hold.translate(noteErr);
+          const noted = hold.contention(noteErr);
+          await hold.rollback();
+          throw noted;
         }
         this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: err });
         continue;

@@ -167,7 +167,7 @@ test('a dead letter asked to be replayed is delivered again to the handler and d
   assert.deepEqual(replayed, []);
 });
 
-test('a replay asked for again while a failed replay rolls back is kept, and served at once: the bookkeeping clears only the request it served', async (t) => {
+test('a replay asked for again while a failed replay runs is kept: the try is noted in the transaction that holds the row', async (t) => {
   const db = await testDb(t);
   await db.observer.query('CREATE TABLE applied (seq bigint PRIMARY KEY)');
   await publish(db, ['{"poison": 1}', '{}']);
@@ -177,29 +177,65 @@ test('a replay asked for again while a failed replay rolls back is kept, and ser
   await client.drain('c', 's', applying([], (e) => e.payloadText.includes('poison')), { failures: policy });
   await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
 
-  // The replay's transaction holds the dead letter's row: the operator's new request waits for it, and gets
-  // it first when the failed replay rolls back, before the replay's bookkeeping (queued behind it) runs.
+  // The replay's transaction holds the dead letter's row: the operator's new request waits for it.
   const operator = await db.session('operator');
   let asked: Promise<unknown> | undefined;
   const calls: bigint[] = [];
-  await client.drain(
-    'c',
-    's',
-    async (e, tx) => {
-      calls.push(e.seq);
-      if (calls.length === 1) {
-        asked = operator.query('UPDATE tidemark.dead_letters SET replay_requested_at = now() /* asked again */');
-        await waitForBlockedStatement(db.observer, 'asked again');
-        throw new Error('still poison');
-      }
-      await tx.query('INSERT INTO applied (seq) VALUES ($1)', [e.seq]);
-    },
-    { failures: policy },
-  );
+  const handler = async (e: StreamEvent, tx: { query: (text: string, values?: unknown[]) => Promise<unknown> }) => {
+    calls.push(e.seq);
+    await tx.query('INSERT INTO applied (seq) VALUES ($1)', [e.seq]);
+    if (calls.length === 1) {
+      asked = operator.query('UPDATE tidemark.dead_letters SET replay_requested_at = now() /* asked again */');
+      await waitForBlockedStatement(db.observer, 'asked again');
+      throw new Error('still poison');
+    }
+  };
+  await client.drain('c', 's', handler, { failures: policy });
   await asked;
-  assert.deepEqual(calls, [1n, 1n], 'replayed again for the request made during the first replay');
+  // The failed try is noted, and the request made during it is kept (served by this drain when the operator's
+  // UPDATE committed before the drain looked again, else still asked for)...
+  const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
+  if (calls.length === 1) assert.deepEqual(left.rows, [{ attempts: 2, last_error: 'Error: still poison', asked: true }]);
+  else assert.deepEqual(left.rows, []);
+  // ...and served: the event is applied once, the dead letter gone.
+  await client.drain('c', 's', handler, { failures: policy });
+  assert.deepEqual(calls, [1n, 1n]);
   assert.equal((await db.observer.query('SELECT 1 FROM tidemark.dead_letters')).rowCount, 0);
   assert.deepEqual((await db.observer.query('SELECT seq::int FROM applied ORDER BY seq')).rows, [{ seq: 1 }, { seq: 2 }]);
+});
+
+test('a replay stopped while its handler fails with an error of its own keeps the request, no try counted', async (t) => {
+  const db = await testDb(t);
+  await publish(db, ['{"poison": 1}']);
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  const policy = { onExhausted: 'dead-letter' } as const;
+  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
+  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  const stop = new AbortController();
+  await assert.rejects(
+    client.drain('c', 's', async () => {
+      stop.abort();
+      throw new Error('handler gave up: the tail is stopping');
+    }, { failures: policy, signal: stop.signal }),
+    /handler gave up/,
+  );
+  const left = await db.observer.query('SELECT attempts, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
+  assert.deepEqual(left.rows, [{ attempts: 1, asked: true }]);
+});
+
+test('a replay whose handler fails with a socket error is a failed try, as on a page: not a transient failure of the tail', async (t) => {
+  const db = await testDb(t);
+  await publish(db, ['{"poison": 1}']);
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  const policy = { onExhausted: 'dead-letter' } as const;
+  const refused = () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED', syscall: 'connect' });
+  await client.drain('c', 's', async () => { throw refused(); }, { failures: policy });
+  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  await client.drain('c', 's', async () => { throw refused(); }, { failures: policy });
+  const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
+  assert.deepEqual(left.rows, [{ attempts: 2, last_error: 'Error ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1', asked: false }]);
 });
 
 test('a tail with the dead-letter policy replays what is asked for while it runs', async (t) => {

@@ -107,8 +107,16 @@ const MUTANTS: Mutant[] = [
     id: 'dead-letter-replay-abort-counted',
     what: 'a replay stopped midway counts as a failed try and loses its request',
     file: 'src/consumer/stream-client.ts',
-    find: '        if (signal.aborted && err === signal.reason) throw err;\n        if (isRetryable(err))',
-    replace: '        if (isRetryable(err))',
+    find: 'if (hold.isBroken || signal.aborted || isRetryable(failure)) {',
+    replace: 'if (hold.isBroken || (signal.aborted && err === signal.reason) || isRetryable(failure)) {',
+    tests: ['consumer/failures'],
+  },
+  {
+    id: 'dead-letter-replay-socket-transient',
+    what: "a replay's handler failing with a socket error ends the tail as a transient failure (a page counts it as a try)",
+    file: 'src/consumer/stream-client.ts',
+    find: 'if (hold.isBroken || signal.aborted || isRetryable(failure)) {',
+    replace: 'if (hold.isBroken || signal.aborted || isRetryable(err)) {',
     tests: ['consumer/failures'],
   },
   {
@@ -121,10 +129,10 @@ const MUTANTS: Mutant[] = [
   },
   {
     id: 'dead-letter-replay-clears-new-request',
-    what: 'a failed replay clears a replay request made after it rolled back',
-    file: 'src/consumer/page.ts',
-    find: 'replay_requested_at = CASE WHEN replay_requested_at::pg_catalog.text = $3 THEN NULL ELSE replay_requested_at END',
-    replace: 'replay_requested_at = CASE WHEN $3::text IS NOT NULL THEN NULL::timestamptz END',
+    what: "a failed replay notes its try after rolling back, when the row is free: a request made meanwhile is cleared",
+    file: 'src/consumer/stream-client.ts',
+    find: "          await hold.query('ROLLBACK TO SAVEPOINT tidemark_replay');\n          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);\n          await hold.query('COMMIT');",
+    replace: "          await hold.query('ROLLBACK');\n          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);",
     tests: ['consumer/failures'],
   },
   {
