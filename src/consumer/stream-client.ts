@@ -456,10 +456,20 @@ export class StreamClient {
         // Failed: undo the handler's effects, and note the try in the same
         // transaction, which still holds the row (a request made meanwhile
         // waits for this commit, and stays).
+        let inTransaction = true;
         try {
           await hold.query('ROLLBACK TO SAVEPOINT tidemark_replay');
+        } catch (gone) {
+          // The handler ended the transaction itself (COMMIT, ROLLBACK) or
+          // released the savepoint: end what is left, and note the try in
+          // a statement of its own.
+          if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, gone);
+          await hold.rollback();
+          inTransaction = false;
+        }
+        try {
           await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);
-          await hold.query('COMMIT');
+          if (inTransaction) await hold.query('COMMIT');
         } catch (noteErr) {
           const noted = hold.contention(noteErr);
           await hold.rollback();

@@ -204,6 +204,24 @@ test('a replay asked for again while a failed replay runs is kept: the try is no
   assert.deepEqual((await db.observer.query('SELECT seq::int FROM applied ORDER BY seq')).rows, [{ seq: 1 }, { seq: 2 }]);
 });
 
+test('a replay whose handler ended the transaction itself, then failed, is a failed try, not a broken tail', async (t) => {
+  const db = await testDb(t);
+  await publish(db, ['{"poison": 1}']);
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  const policy = { onExhausted: 'dead-letter' } as const;
+  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
+  for (const [pass, statement] of [[2, 'ROLLBACK'], [3, 'RELEASE SAVEPOINT tidemark_replay']] as const) {
+    await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+    await client.drain('c', 's', async (_e, tx) => {
+      await tx.query(statement);
+      throw new Error(`after ${statement}`);
+    }, { failures: policy });
+    const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
+    assert.deepEqual(left.rows, [{ attempts: pass, last_error: `Error: after ${statement}`, asked: false }], statement);
+  }
+});
+
 test('a replay stopped while its handler fails with an error of its own keeps the request, no try counted', async (t) => {
   const db = await testDb(t);
   await publish(db, ['{"poison": 1}']);

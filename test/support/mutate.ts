@@ -120,6 +120,14 @@ const MUTANTS: Mutant[] = [
     tests: ['consumer/failures'],
   },
   {
+    id: 'dead-letter-replay-savepoint-gone',
+    what: "a replay whose handler ended the transaction itself breaks the tail instead of counting a try",
+    file: 'src/consumer/stream-client.ts',
+    find: '          await hold.rollback();\n          inTransaction = false;',
+    replace: '          throw gone;',
+    tests: ['consumer/failures'],
+  },
+  {
     id: 'dead-letter-replay-not-deleted',
     what: 'a replayed dead letter stays: the next replay request applies it again',
     file: 'src/consumer/page.ts',
@@ -131,8 +139,8 @@ const MUTANTS: Mutant[] = [
     id: 'dead-letter-replay-clears-new-request',
     what: "a failed replay notes its try after rolling back, when the row is free: a request made meanwhile is cleared",
     file: 'src/consumer/stream-client.ts',
-    find: "          await hold.query('ROLLBACK TO SAVEPOINT tidemark_replay');\n          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);\n          await hold.query('COMMIT');",
-    replace: "          await hold.query('ROLLBACK');\n          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);",
+    find: "          await hold.query('ROLLBACK TO SAVEPOINT tidemark_replay');\n        } catch (gone) {",
+    replace: "          await hold.query('ROLLBACK');\n          inTransaction = false;\n        } catch (gone) {",
     tests: ['consumer/failures'],
   },
   {
