@@ -89,7 +89,7 @@ UPDATE ${s}.cursors SET seq = $3, updated_at = pg_catalog.now() WHERE consumer =
     recordDeadLetter: `SELECT ${s}.record_dead_letter($1, $2, $3, $4, $5)::text AS id`,
     nextReplay: `SELECT d.id::text AS id, d.attempts, ${EVENT_COLUMNS('d')}
   FROM ${s}.dead_letters d
- WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL
+ WHERE d.consumer = $1 AND d.stream = $2 AND d.replay_requested_at IS NOT NULL AND d.id <> ALL($3::pg_catalog.int8[])
    AND d.seq <= (SELECT c.seq FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2)
  ORDER BY d.seq
  LIMIT 1

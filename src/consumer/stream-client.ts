@@ -421,15 +421,20 @@ export class StreamClient {
     } catch (err) {
       throw hold.translate(err);
     }
+    // Each dead letter at most once a pass: one asked for again while its
+    // replay failed waits for the next pass, so a handler that keeps
+    // failing while requests keep coming does not hold the live pages back.
+    const tried: string[] = [];
     while (!signal.aborted) {
       let row: (EventRow & { id: string; attempts: number }) | undefined;
       try {
         await hold.query(this.sql.begin(this.options.lockTimeoutMs));
-        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream])).rows[0];
+        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream, tried])).rows[0];
         if (!row) {
           await hold.query('COMMIT');
           return;
         }
+        tried.push(row.id);
         await hold.query('SAVEPOINT tidemark_replay');
       } catch (err) {
         const failure = hold.contention(err);

@@ -222,6 +222,34 @@ test('a replay whose handler ended the transaction itself, then failed, is a fai
   }
 });
 
+test('a dead letter is replayed at most once a pass: asked for again at every failure, it does not hold the live pages back', async (t) => {
+  const db = await testDb(t);
+  await publish(db, ['{"poison": 1}']);
+  const client = new StreamClient(db.pool(), { listen: false });
+  db.defer(() => client.close());
+  const policy = { onExhausted: 'dead-letter' } as const;
+  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
+  // An operator (here, a trigger) who asks again at every failed try, in the transaction that notes it.
+  await db.observer.query(`CREATE FUNCTION ask_again() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN UPDATE tidemark.dead_letters SET replay_requested_at = now() WHERE id = NEW.id AND replay_requested_at IS NULL; RETURN NULL; END $$`);
+  await db.observer.query('CREATE TRIGGER ask_again AFTER UPDATE OF attempts ON tidemark.dead_letters FOR EACH ROW EXECUTE FUNCTION ask_again()');
+  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  const stop = new AbortController();
+  let calls = 0;
+  const handler = async () => {
+    calls += 1;
+    if (calls > 3) stop.abort(); // a loop that never returns to live pages: end the test
+    throw new Error('still poison');
+  };
+  for (const pass of [1, 2]) {
+    const result = await client.drain('c', 's', handler, { failures: policy, signal: stop.signal });
+    assert.equal(result.cursor, 1n);
+    assert.equal(calls, pass, `one replay in pass ${pass}`);
+  }
+  const left = await db.observer.query('SELECT attempts, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
+  assert.deepEqual(left.rows, [{ attempts: 3, asked: true }]);
+});
+
 test('a replay stopped while its handler fails with an error of its own keeps the request, no try counted', async (t) => {
   const db = await testDb(t);
   await publish(db, ['{"poison": 1}']);

@@ -128,6 +128,14 @@ const MUTANTS: Mutant[] = [
     tests: ['consumer/failures'],
   },
   {
+    id: 'dead-letter-replay-starves-pages',
+    what: 'a dead letter asked for again at every failed replay is replayed again in the same pass, forever',
+    file: 'src/consumer/page.ts',
+    find: 'AND d.id <> ALL($3::pg_catalog.int8[])',
+    replace: 'AND $3::pg_catalog.int8[] IS NOT NULL',
+    tests: ['consumer/failures'],
+  },
+  {
     id: 'dead-letter-replay-not-deleted',
     what: 'a replayed dead letter stays: the next replay request applies it again',
     file: 'src/consumer/page.ts',
