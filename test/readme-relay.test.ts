@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { after, test } from 'node:test';
+import { after, test, type TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -14,6 +14,19 @@ import { Watermarker } from '../src/index.js';
 // The README's relay walkthrough and broker examples, against NATS and RabbitMQ.
 
 after(closeAdmin);
+
+/**
+ * A RabbitMQ vhost of the test's own on the shared broker (deleted after
+ * the test), so the examples' fixed names cannot meet another run's; its AMQP URL.
+ */
+async function ownVhost(t: TestContext, label: string): Promise<string> {
+  const vhost = `tidemark-${label}-${process.pid}-${Date.now()}`;
+  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
+  await ctl('add_vhost', vhost);
+  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
+  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
+  return `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+}
 
 test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verbatim, and they run as shown, again and again', async (t) => {
   const readme = await readFile(new URL('README.md', root), 'utf8');
@@ -94,12 +107,7 @@ test('the README\'s relay walkthrough runs as written, command by command, again
   ]);
   const nats = await startNatsServer(t);
   const httpPort = await freePort();
-  const vhost = `tidemark-walkthrough-${process.pid}-${Date.now()}`;
-  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
-  await ctl('add_vhost', vhost);
-  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
-  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
-  const amqp = `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+  const amqp = await ownVhost(t, 'walkthrough');
   const db = await testDb(t);
   const env = { DATABASE_URL: db.url, NATS_URL: nats.url, AMQP_URL: amqp };
   const ours = (line: string) =>
@@ -165,13 +173,7 @@ test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the rela
   const readme = await readFile(new URL('README.md', root), 'utf8');
   assert.ok(readme.includes((await readFile(new URL('examples/rabbitmq-consumer.ts', root), 'utf8')).trim()), 'README.md embeds examples/rabbitmq-consumer.ts');
   assert.ok(readme.includes('npx tidemark relay --to amqp://guest:guest@127.0.0.1:5672 --consumer to-rabbit --stream orders --exchange tidemark\n'));
-  // A vhost of the test's own on the shared broker: the example's fixed names cannot meet another run's.
-  const vhost = `tidemark-readme-${process.pid}-${Date.now()}`;
-  const ctl = (...args: string[]) => promisify(execFile)('rabbitmqctl', args, { timeout: 60_000 });
-  await ctl('add_vhost', vhost);
-  t.after(() => ctl('delete_vhost', vhost).catch(() => undefined));
-  await ctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*');
-  const amqp = `amqp://guest:guest@127.0.0.1:5672/${encodeURIComponent(vhost)}`;
+  const amqp = await ownVhost(t, 'readme');
   const db = await testDb(t);
   for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
     await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
