@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { createMetrics, HandlerError, InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent, type StreamEvent } from '../../src/index.js';
+import { createMetrics, HandlerError, InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent, type Handler, type StreamClientOptions, type StreamEvent } from '../../src/index.js';
 import { closeAdmin, testDb, testRole, waitForBlockedStatement, type TestDb } from '../support/db.js';
 import { latch, Recorder } from '../support/latch.js';
 import { deleteCursor, setCursor } from '../../src/consumer/cursors.js';
@@ -14,6 +14,36 @@ async function publish(db: TestDb, payloads: string[]): Promise<void> {
     await writer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('s', 'k', $1, $2)`, [`k${i + 1}`, p]);
   }
   assert.equal((await new Watermarker(db.pool()).step()).outcome, 'advanced');
+}
+
+const DEAD_LETTER = { onExhausted: 'dead-letter' } as const;
+
+/**
+ * Consumer c of stream s with the dead-letter policy, on a client of its
+ * own: `payloads` published and drained, the first of them set aside by
+ * `handler` (every call a poison by default), and its replay asked for.
+ */
+async function replayAsked(
+  db: TestDb,
+  payloads = ['{"poison": 1}'],
+  handler: Handler = async () => { throw new Error('poison'); },
+  options: StreamClientOptions = {},
+): Promise<StreamClient> {
+  await publish(db, payloads);
+  const client = new StreamClient(db.pool(), { listen: false, ...options });
+  db.defer(() => client.close());
+  await client.drain('c', 's', handler, { failures: DEAD_LETTER });
+  await askReplay(db);
+  return client;
+}
+
+async function askReplay(db: TestDb): Promise<void> {
+  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+}
+
+/** The dead letters left: tries, last error, whether a replay is asked for. */
+async function deadLetters(db: TestDb): Promise<{ attempts: number; last_error: string; asked: boolean }[]> {
+  return (await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters ORDER BY seq')).rows;
 }
 
 async function cursorOf(db: TestDb, consumer = 'c'): Promise<bigint> {
@@ -170,12 +200,7 @@ test('a dead letter asked to be replayed is delivered again to the handler and d
 test('a replay asked for again while a failed replay runs is kept: the try is noted in the transaction that holds the row', async (t) => {
   const db = await testDb(t);
   await db.observer.query('CREATE TABLE applied (seq bigint PRIMARY KEY)');
-  await publish(db, ['{"poison": 1}', '{}']);
-  const client = new StreamClient(db.pool(), { listen: false });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  await client.drain('c', 's', applying([], (e) => e.payloadText.includes('poison')), { failures: policy });
-  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  const client = await replayAsked(db, ['{"poison": 1}', '{}'], applying([], (e) => e.payloadText.includes('poison')));
 
   // The replay's transaction holds the dead letter's row: the operator's new request waits for it.
   const operator = await db.session('operator');
@@ -190,15 +215,13 @@ test('a replay asked for again while a failed replay runs is kept: the try is no
       throw new Error('still poison');
     }
   };
-  await client.drain('c', 's', handler, { failures: policy });
+  await client.drain('c', 's', handler, { failures: DEAD_LETTER });
   await asked;
   // The failed try is noted, and the request made during it is kept (served by this drain when the operator's
   // UPDATE committed before the drain looked again, else still asked for)...
-  const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
-  if (calls.length === 1) assert.deepEqual(left.rows, [{ attempts: 2, last_error: 'Error: still poison', asked: true }]);
-  else assert.deepEqual(left.rows, []);
+  assert.deepEqual(await deadLetters(db), calls.length === 1 ? [{ attempts: 2, last_error: 'Error: still poison', asked: true }] : []);
   // ...and served: the event is applied once, the dead letter gone.
-  await client.drain('c', 's', handler, { failures: policy });
+  await client.drain('c', 's', handler, { failures: DEAD_LETTER });
   assert.deepEqual(calls, [1n, 1n]);
   assert.equal((await db.observer.query('SELECT 1 FROM tidemark.dead_letters')).rowCount, 0);
   assert.deepEqual((await db.observer.query('SELECT seq::int FROM applied ORDER BY seq')).rows, [{ seq: 1 }, { seq: 2 }]);
@@ -206,34 +229,24 @@ test('a replay asked for again while a failed replay runs is kept: the try is no
 
 test('a replay whose handler ended the transaction itself, then failed, is a failed try, not a broken tail', async (t) => {
   const db = await testDb(t);
-  await publish(db, ['{"poison": 1}']);
-  const client = new StreamClient(db.pool(), { listen: false });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
+  const client = await replayAsked(db);
   for (const [pass, statement] of [[2, 'ROLLBACK'], [3, 'RELEASE SAVEPOINT tidemark_replay']] as const) {
-    await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+    if (pass > 2) await askReplay(db);
     await client.drain('c', 's', async (_e, tx) => {
       await tx.query(statement);
       throw new Error(`after ${statement}`);
-    }, { failures: policy });
-    const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
-    assert.deepEqual(left.rows, [{ attempts: pass, last_error: `Error: after ${statement}`, asked: false }], statement);
+    }, { failures: DEAD_LETTER });
+    assert.deepEqual(await deadLetters(db), [{ attempts: pass, last_error: `Error: after ${statement}`, asked: false }], statement);
   }
 });
 
 test('a dead letter is replayed at most once a pass: asked for again at every failure, it does not hold the live pages back', async (t) => {
   const db = await testDb(t);
-  await publish(db, ['{"poison": 1}']);
-  const client = new StreamClient(db.pool(), { listen: false });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
+  const client = await replayAsked(db);
   // An operator (here, a trigger) who asks again at every failed try, in the transaction that notes it.
   await db.observer.query(`CREATE FUNCTION ask_again() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN UPDATE tidemark.dead_letters SET replay_requested_at = now() WHERE id = NEW.id AND replay_requested_at IS NULL; RETURN NULL; END $$`);
   await db.observer.query('CREATE TRIGGER ask_again AFTER UPDATE OF attempts ON tidemark.dead_letters FOR EACH ROW EXECUTE FUNCTION ask_again()');
-  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
   const stop = new AbortController();
   let calls = 0;
   const handler = async () => {
@@ -242,46 +255,35 @@ test('a dead letter is replayed at most once a pass: asked for again at every fa
     throw new Error('still poison');
   };
   for (const pass of [1, 2]) {
-    const result = await client.drain('c', 's', handler, { failures: policy, signal: stop.signal });
+    const result = await client.drain('c', 's', handler, { failures: DEAD_LETTER, signal: stop.signal });
     assert.equal(result.cursor, 1n);
     assert.equal(calls, pass, `one replay in pass ${pass}`);
   }
-  const left = await db.observer.query('SELECT attempts, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
-  assert.deepEqual(left.rows, [{ attempts: 3, asked: true }]);
+  assert.deepEqual(await deadLetters(db), [{ attempts: 3, last_error: 'Error: still poison', asked: true }]);
 });
 
 test('a replay stopped while its handler fails with an error of its own keeps the request, no try counted', async (t) => {
   const db = await testDb(t);
-  await publish(db, ['{"poison": 1}']);
-  const client = new StreamClient(db.pool(), { listen: false });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
-  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  const client = await replayAsked(db);
   const stop = new AbortController();
   await assert.rejects(
     client.drain('c', 's', async () => {
       stop.abort();
       throw new Error('handler gave up: the tail is stopping');
-    }, { failures: policy, signal: stop.signal }),
+    }, { failures: DEAD_LETTER, signal: stop.signal }),
     /handler gave up/,
   );
-  const left = await db.observer.query('SELECT attempts, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
-  assert.deepEqual(left.rows, [{ attempts: 1, asked: true }]);
+  assert.deepEqual(await deadLetters(db), [{ attempts: 1, last_error: 'Error: poison', asked: true }]);
 });
 
 test('a replay whose handler fails with a socket error is a failed try, as on a page: not a transient failure of the tail', async (t) => {
   const db = await testDb(t);
-  await publish(db, ['{"poison": 1}']);
-  const client = new StreamClient(db.pool(), { listen: false });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  const refused = () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED', syscall: 'connect' });
-  await client.drain('c', 's', async () => { throw refused(); }, { failures: policy });
-  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
-  await client.drain('c', 's', async () => { throw refused(); }, { failures: policy });
-  const left = await db.observer.query('SELECT attempts, last_error, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters');
-  assert.deepEqual(left.rows, [{ attempts: 2, last_error: 'Error ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1', asked: false }]);
+  const refused = async () => {
+    throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED', syscall: 'connect' });
+  };
+  const client = await replayAsked(db, undefined, refused);
+  await client.drain('c', 's', refused, { failures: DEAD_LETTER });
+  assert.deepEqual(await deadLetters(db), [{ attempts: 2, last_error: 'Error ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1', asked: false }]);
 });
 
 test('a tail with the dead-letter policy replays what is asked for while it runs', async (t) => {
@@ -469,13 +471,8 @@ test('a cursor that moved past the failing event during its back-off ends the tr
 
 test('a replay interrupted by a stop stays asked for, with no try counted', async (t) => {
   const db = await testDb(t);
-  await publish(db, ['{"poison": 1}']);
   const events = new Recorder<ConsumerEvent>();
-  const client = new StreamClient(db.pool(), { listen: false, pollIntervalMs: 20, observer: events.push });
-  db.defer(() => client.close());
-  const policy = { onExhausted: 'dead-letter' } as const;
-  await client.drain('c', 's', async () => { throw new Error('poison'); }, { failures: policy });
-  await db.observer.query('UPDATE tidemark.dead_letters SET replay_requested_at = now()');
+  const client = await replayAsked(db, undefined, undefined, { pollIntervalMs: 20, observer: events.push });
   const inReplay = latch();
   const stop = new AbortController();
   const tailing = client.tail(
@@ -485,14 +482,13 @@ test('a replay interrupted by a stop stays asked for, with no try counted', asyn
       inReplay.open();
       await new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason), { once: true }));
     },
-    { signal: stop.signal, failures: policy },
+    { signal: stop.signal, failures: DEAD_LETTER },
   );
   tailing.catch(() => undefined);
   await inReplay.promise;
   stop.abort(new Error('stopping'));
   await assert.rejects(tailing, /stopping/);
-  const row = (await db.observer.query('SELECT attempts, replay_requested_at IS NOT NULL AS asked FROM tidemark.dead_letters')).rows[0];
-  assert.deepEqual(row, { attempts: 1, asked: true });
+  assert.deepEqual(await deadLetters(db), [{ attempts: 1, last_error: 'Error: poison', asked: true }]);
   assert.equal(events.items.filter((e) => e.type === 'dead-letter:replay').length, 0);
 });
 
