@@ -449,13 +449,14 @@ export class StreamClient {
       } catch (err) {
         live = false;
         const failure = new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
+        const lost = (cause: unknown) => new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, cause);
         // A lost connection; a stop (whatever error the handler ended
         // with); or a transient failure of the transaction, classified as
         // a page's handler failure is (the tail retries it): the replay did
         // not fail, and stays asked for, no try counted.
         if (hold.isBroken || signal.aborted || isRetryable(failure)) {
           await hold.rollback();
-          if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, err);
+          if (hold.isBroken) throw lost(err);
           throw signal.aborted ? err : failure;
         }
         // Failed: undo the handler's effects, and note the try in the same
@@ -468,7 +469,7 @@ export class StreamClient {
           // The handler ended the transaction itself (COMMIT, ROLLBACK) or
           // released the savepoint: end what is left, and note the try in
           // a statement of its own.
-          if (hold.isBroken) throw new ConnectionLostError(`replay of a dead letter of ${JSON.stringify(hold.consumer)}`, gone);
+          if (hold.isBroken) throw lost(gone);
           await hold.rollback();
           inTransaction = false;
         }
