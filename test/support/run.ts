@@ -76,12 +76,13 @@ async function main(): Promise<number> {
   const filters = args;
   let files = await testFiles(join(root, dir));
   if (filters.length > 0) files = files.filter((f) => filters.some((x) => f.includes(x)));
-  const tiers = new Map(await Promise.all(files.map(async (f) => [f, tierOf(f, await readFile(join(root, f), 'utf8'))] as const)));
+  const texts = new Map(await Promise.all(files.map(async (f) => [f, await readFile(join(root, f), 'utf8')] as const)));
+  const tiers = new Map(files.map((f) => [f, tierOf(f, texts.get(f)!)] as const));
   if (tier !== undefined) files = files.filter((f) => tiers.get(f) === tier);
   if (serverTests) {
-    const uses = await Promise.all(files.map(async (f) => /\btestDb\(/.test(await readFile(join(root, f), 'utf8'))));
-    console.log(`# not run here (--server-tests: they do not use this server): ${files.filter((_, i) => !uses[i]).join(', ')}`);
-    files = files.filter((_, i) => uses[i]);
+    const uses = (f: string) => /\btestDb\(/.test(texts.get(f)!);
+    console.log(`# not run here (--server-tests: they do not use this server): ${files.filter((f) => !uses(f)).join(', ')}`);
+    files = files.filter(uses);
   }
   // TIDEMARK_TEST_EXCLUDE=a,b leaves out the files whose path contains a or b, and says so:
   // .ci/run runs the broker tests against one PostgreSQL only (they test the brokers' side).
