@@ -50,7 +50,8 @@ export async function claimOwner(db: Queryable, sql: LeaseSql, owner: string, in
 
 /**
  * How long a claim lives: the lease's TTL, plus one run. A live instance
- * claims before every run, and sleeps between runs at most one run's
+ * claims before every run (a run after a sleep: as the sleep began, at
+ * most one run before it), and sleeps between runs at most one run's
  * length; its lease renewals also extend the claim (the fence trigger).
  */
 export function claimTtlMs(options: { leaseTtlMs: number; summaryIntervalMs: number }): number {

@@ -55,6 +55,11 @@ export class LoopConnection {
   private wake: ((cause: WakeCause) => void) | undefined;
   /** The last run ended asleep: the next one resumes its lease. */
   private asleep = false;
+  /**
+   * The owner's claim, made while the loop slept (`sleep`), for the run
+   * that follows: the run a writer wakes starts without that round trip.
+   */
+  private claimedAhead: { claim: OwnerClaim; sentAt: number; at: number } | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -94,16 +99,17 @@ export class LoopConnection {
       // The owner's claim, renewed before every run (and by the run's lease
       // renewals): refused, nothing runs. Were it to lapse all the same (a
       // run stalled past it), the fence refuses this session's writes once
-      // another process has claimed the owner. The same statement pairs a
-      // server instant with a local one that precedes it: the lease's
-      // expiry measured from that server instant, added to the local one,
-      // can only undershoot the real expiry. (A procedure that commits
+      // another process has claimed the owner. (A procedure that commits
       // cannot share a message with another statement, hence a statement
-      // of its own, one round trip.)
-      const sentAt = Date.now();
-      const claim = await withDeadline(client, o.responseTimeoutMs, 'the watermark loop', () =>
-        claimOwner(client, this.lease, o.owner, this.instance, claimTtlMs(o)),
-      );
+      // of its own, one round trip.) A run after a sleep uses the claim
+      // made as the sleep began, no older than one run: answered, a claim
+      // has at least three quarters of its TTL (leaseTtlMs +
+      // summaryIntervalMs) left, and summaryIntervalMs is below half of
+      // leaseTtlMs, so it outlives this run as well.
+      const ahead = this.claimedAhead;
+      this.claimedAhead = undefined;
+      const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs;
+      const { claim, sentAt } = fresh ? ahead : await this.claim(client);
       if (!claim.claimed) return { refused: claim };
       // Wake-ups that arrived before now are answered by this run's own
       // looks; those that arrive during it are delivered when it returns.
@@ -139,6 +145,16 @@ export class LoopConnection {
     if (this.woken) return 'notified';
     if (this.client === undefined) return 'closed';
     if (signal.aborted || performance.now() >= untilMs) return 'timeout';
+    // The next run's claim, now: idle time, not the woken run's. A failed
+    // claim leaves it to the run, which fails the same way and is retried.
+    try {
+      this.claimedAhead = { ...(await this.claim(this.client)), at: performance.now() };
+    } catch {
+      this.claimedAhead = undefined;
+    }
+    if (this.woken) return 'notified';
+    if (this.client === undefined) return 'closed';
+    if (signal.aborted || performance.now() >= untilMs) return 'timeout';
     return new Promise<WakeCause>((resolve) => {
       const finish = (cause: WakeCause) => {
         clearTimeout(timer);
@@ -156,6 +172,20 @@ export class LoopConnection {
   /** Ends the session (destroying the connection). Idempotent. */
   close(): void {
     this.destroy(new Error('tidemark watermarker loop closed'));
+  }
+
+  /**
+   * Claims the owner (or renews the claim). The statement pairs a server
+   * instant with a local one that precedes it: the lease's expiry measured
+   * from that server instant, added to the local one, can only undershoot
+   * the real expiry.
+   */
+  private async claim(client: pg.PoolClient): Promise<{ claim: OwnerClaim; sentAt: number }> {
+    const sentAt = Date.now();
+    const claim = await withDeadline(client, this.options.responseTimeoutMs, 'the watermark loop', () =>
+      claimOwner(client, this.lease, this.options.owner, this.instance, claimTtlMs(this.options)),
+    );
+    return { claim, sentAt };
   }
 
   private async open(): Promise<pg.PoolClient> {
@@ -196,6 +226,7 @@ export class LoopConnection {
     const client = this.client;
     this.client = undefined;
     this.asleep = false;
+    this.claimedAhead = undefined;
     this.wake?.('closed');
     client?.release(err instanceof Error ? err : new Error(String(err)));
   }

@@ -154,7 +154,9 @@ export class Watermarker {
    * server and resolves (it does not reject). Holds one pooled connection
    * while it runs; call `close()` afterwards to release the lease.
    *
-   * Before each run it claims its owner (see `instance`). Another
+   * Before each run it claims its owner (see `instance`; after a run that
+   * ended asleep, as the sleep begins, so a writer's wake-up is answered
+   * without that round trip). Another
    * instance's claim refuses it: it waits, and takes the claim over once
    * that expires (the other process died, e.g. this one's predecessor),
    * but rejects with `OwnerInUseError` as soon as it sees the other claim

@@ -160,6 +160,22 @@ const MUTANTS: Mutant[] = [
     tests: ['watermark/owner-claim', 'cli/serve'],
   },
   {
+    id: 'claim-after-wake',
+    what: 'watermarker: the run a writer wakes claims the owner first (a round trip on the wake-up path) instead of using the claim made as the sleep began',
+    file: 'src/watermark/loop.ts',
+    find: '      const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs;',
+    replace: '      const fresh = false && ahead !== undefined;',
+    tests: ['watermark/wake'],
+  },
+  {
+    id: 'claim-ahead-stale',
+    what: 'watermarker: a claim made ahead is used however old it is (a process that stalled past it runs on a claim that may lapse)',
+    file: 'src/watermark/loop.ts',
+    find: '      const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs;',
+    replace: '      const fresh = ahead !== undefined;',
+    tests: ['watermark/wake'],
+  },
+  {
     id: 'owner-claim-ignored-step',
     what: 'watermarker: step() though another live instance claims the owner',
     file: 'src/watermark/watermarker.ts',

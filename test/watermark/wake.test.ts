@@ -248,6 +248,75 @@ test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs agai
   await waitFor('2 published once committed', async () => (await safeSeq(db.observer)) === 2n);
 });
 
+/**
+ * Runs a Watermarker on `db` until it sleeps with its next claim sent, then
+ * commits an event and waits for its publication. Returns what the loop's
+ * connection (the one that CALLs the loop) sent, in order, with the loop's
+ * runs and wake-ups between: 'claim', 'call resume=true|false', 'other',
+ * 'run <reason>', 'wake <cause>'. `stallOnWakeMs` blocks the process that
+ * long as it wakes (a process descheduled, or a slow observer).
+ */
+async function wokenRun(db: TestDb, stallOnWakeMs = 0): Promise<string[]> {
+  const seen: { client?: unknown; what: string }[] = [];
+  const pool = db.pool();
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as { query: unknown }).query = (...args: unknown[]) => {
+      const text = (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '';
+      const what = /claim_owner/.test(text) ? 'claim' : /run_watermarker/.test(text) ? `call resume=${/p_resume => true/.test(text)}` : 'other';
+      seen.push({ client, what });
+      return query(...args);
+    };
+  });
+  const log = () => {
+    const loop = seen.find((x) => x.what.startsWith('call'))?.client;
+    return seen.filter((x) => x.client === undefined || x.client === loop).map((x) => x.what);
+  };
+  const wm = new Watermarker(pool, {
+    owner: 'wm',
+    idleGraceMs: 0,
+    summaryIntervalMs: 1500,
+    observer: (e) => {
+      if (e.type === 'run') seen.push({ what: `run ${e.summary.reason}` });
+      if (e.type !== 'wake') return;
+      seen.push({ what: `wake ${e.cause}` });
+      const until = performance.now() + stallOnWakeMs;
+      while (performance.now() < until);
+    },
+  });
+  const ac = new AbortController();
+  const running = wm.run(ac.signal);
+  db.defer(async () => {
+    ac.abort();
+    await running;
+    await wm.close();
+  });
+  await waitFor('the loop asleep, its next claim sent', async () => log().includes('run asleep') && log().lastIndexOf('claim') > log().indexOf('run asleep'));
+  assert.equal(await insertEvent(await db.session('writer')), 1n);
+  await waitFor('1 published', async () => (await safeSeq(db.observer)) === 1n);
+  const lines = log();
+  assert.ok(lines.indexOf('wake notified') > 0, `the commit woke the loop: ${lines.join(', ')}`);
+  return lines;
+}
+
+test('run(): the run a writer wakes starts with its CALL: the owner was claimed as the sleep began, not after the wake-up', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const lines = await wokenRun(db);
+  const woken = lines.indexOf('wake notified');
+  assert.equal(lines[woken + 1], 'call resume=true', `after the wake-up, the CALL comes first: ${lines.join(', ')}`);
+  assert.deepEqual(lines.slice(lines.lastIndexOf('run asleep', woken), woken), ['run asleep', 'claim'], 'the sleep began with the claim');
+});
+
+test('run(): a claim made ahead that is older than one run when the loop runs (the process stalled) is made again first', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  // summaryIntervalMs is 1500: the claim made as the sleep began is older than that once the wake-up stalls 1600 ms.
+  const lines = await wokenRun(db, 1600);
+  const woken = lines.indexOf('wake notified');
+  assert.deepEqual(lines.slice(woken + 1, woken + 3), ['claim', 'call resume=true'], lines.join(', '));
+});
+
 test('where transactions may be prepared, the loop never sleeps, so writers never notify', async (t) => {
   const db = await testDb(t);
   if (await sleeps(db)) {
