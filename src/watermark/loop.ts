@@ -60,6 +60,8 @@ export class LoopConnection {
    * that follows: the run a writer wakes starts without that round trip.
    */
   private claimedAhead: { claim: OwnerClaim; sentAt: number; at: number } | undefined;
+  /** The claim made ahead failed: the next run fails with its error. */
+  private claimFailed: { err: unknown } | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -105,10 +107,15 @@ export class LoopConnection {
       // made as the sleep began, no older than one run: answered, a claim
       // has at least three quarters of its TTL (leaseTtlMs +
       // summaryIntervalMs) left, and summaryIntervalMs is below half of
-      // leaseTtlMs, so it outlives this run as well.
+      // leaseTtlMs, so it outlives this run as well. Older (a process that
+      // stalled, a host suspended), it is made again.
+      const failed = this.claimFailed;
+      this.claimFailed = undefined;
+      if (failed) throw failed.err;
       const ahead = this.claimedAhead;
       this.claimedAhead = undefined;
-      const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs;
+      // Young by both clocks: the wall clock also counts a suspended host.
+      const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs && Date.now() - ahead.sentAt <= o.summaryIntervalMs;
       const { claim, sentAt } = fresh ? ahead : await this.claim(client);
       if (!claim.claimed) return { refused: claim };
       // Wake-ups that arrived before now are answered by this run's own
@@ -145,12 +152,20 @@ export class LoopConnection {
     if (this.woken) return 'notified';
     if (this.client === undefined) return 'closed';
     if (signal.aborted || performance.now() >= untilMs) return 'timeout';
-    // The next run's claim, now: idle time, not the woken run's. A failed
-    // claim leaves it to the run, which fails the same way and is retried.
+    // The next run's claim, now: idle time, not the woken run's. A claim
+    // that fails ends the sleep: the next run throws its error (reported,
+    // then retried after a back-off on a new connection), instead of
+    // sleeping on a connection that may be gone.
+    const client = this.client;
+    const onAbort = () => void cancelBackend(this.pool, (client as unknown as { processID: number }).processID);
+    signal.addEventListener('abort', onAbort, { once: true });
     try {
-      this.claimedAhead = { ...(await this.claim(this.client)), at: performance.now() };
-    } catch {
-      this.claimedAhead = undefined;
+      this.claimedAhead = { ...(await this.claim(client)), at: performance.now() };
+    } catch (err) {
+      this.claimFailed = { err };
+      return 'closed';
+    } finally {
+      signal.removeEventListener('abort', onAbort);
     }
     if (this.woken) return 'notified';
     if (this.client === undefined) return 'closed';
@@ -227,6 +242,7 @@ export class LoopConnection {
     this.client = undefined;
     this.asleep = false;
     this.claimedAhead = undefined;
+    this.claimFailed = undefined;
     this.wake?.('closed');
     client?.release(err instanceof Error ? err : new Error(String(err)));
   }

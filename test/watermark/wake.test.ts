@@ -254,9 +254,11 @@ test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs agai
  * connection (the one that CALLs the loop) sent, in order, with the loop's
  * runs and wake-ups between: 'claim', 'call resume=true|false', 'other',
  * 'run <reason>', 'wake <cause>'. `stallOnWakeMs` blocks the process that
- * long as it wakes (a process descheduled, or a slow observer).
+ * long as it wakes (a process descheduled, or a slow observer);
+ * `clockJumpOnWakeMs` moves the wall clock (Date.now) that far ahead as it
+ * wakes, as a host suspended during the sleep would.
  */
-async function wokenRun(db: TestDb, stallOnWakeMs = 0): Promise<string[]> {
+async function wokenRun(db: TestDb, { stallOnWakeMs = 0, clockJumpOnWakeMs = 0 } = {}): Promise<string[]> {
   const seen: { client?: unknown; what: string }[] = [];
   const pool = db.pool();
   pool.on('connect', (client) => {
@@ -265,9 +267,12 @@ async function wokenRun(db: TestDb, stallOnWakeMs = 0): Promise<string[]> {
       const text = (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '';
       const what = /claim_owner/.test(text) ? 'claim' : /run_watermarker/.test(text) ? `call resume=${/p_resume => true/.test(text)}` : 'other';
       seen.push({ client, what });
+      Date.now = realNow; // the jump lasts until the woken run's decision is sent
       return query(...args);
     };
   });
+  const realNow = Date.now;
+  db.defer(() => (Date.now = realNow));
   const log = () => {
     const loop = seen.find((x) => x.what.startsWith('call'))?.client;
     return seen.filter((x) => x.client === undefined || x.client === loop).map((x) => x.what);
@@ -282,6 +287,7 @@ async function wokenRun(db: TestDb, stallOnWakeMs = 0): Promise<string[]> {
       seen.push({ what: `wake ${e.cause}` });
       const until = performance.now() + stallOnWakeMs;
       while (performance.now() < until);
+      if (clockJumpOnWakeMs !== 0 && Date.now === realNow) Date.now = () => realNow() + clockJumpOnWakeMs;
     },
   });
   const ac = new AbortController();
@@ -312,9 +318,66 @@ test('run(): a claim made ahead that is older than one run when the loop runs (t
   const db = await testDb(t);
   if (await skipUnlessSleeps(t, db)) return;
   // summaryIntervalMs is 1500: the claim made as the sleep began is older than that once the wake-up stalls 1600 ms.
-  const lines = await wokenRun(db, 1600);
+  const lines = await wokenRun(db, { stallOnWakeMs: 1600 });
   const woken = lines.indexOf('wake notified');
   assert.deepEqual(lines.slice(woken + 1, woken + 3), ['claim', 'call resume=true'], lines.join(', '));
+});
+
+test('run(): a claim made ahead is made again when either clock says it is older than one run: the wall clock ahead (a host suspended during the sleep), or set back during a stall', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  for (const jump of [{ clockJumpOnWakeMs: 60_000 }, { stallOnWakeMs: 1600, clockJumpOnWakeMs: -60_000 }]) {
+    const lines = await wokenRun(await testDb(t), jump);
+    const woken = lines.indexOf('wake notified');
+    assert.deepEqual(lines.slice(woken + 1, woken + 3), ['claim', 'call resume=true'], `${JSON.stringify(jump)}: ${lines.join(', ')}`);
+  }
+});
+
+test('run(): a claim made ahead that fails ends the sleep: the next run reports the error and the loop runs again on a new connection', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const pool = db.pool();
+  let asleep = false;
+  let failed = false;
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+    (client as { query: unknown }).query = (...args: unknown[]) => {
+      const text = (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '';
+      if (!asleep || failed || !/claim_owner/.test(text)) return query(...args);
+      // The first claim made ahead fails (22012), on a connection that lives on.
+      failed = true;
+      return query('SELECT 1 / 0');
+    };
+  });
+  const events: string[] = [];
+  const errors: unknown[] = [];
+  const wm = new Watermarker(pool, {
+    owner: 'wm',
+    idleGraceMs: 0,
+    summaryIntervalMs: 1500,
+    retryMinMs: 10,
+    onError: (err) => void errors.push(err),
+    observer: (e) => {
+      if (e.type === 'run' && e.summary.reason === 'asleep') asleep = true;
+      if (e.type === 'wake') events.push(`wake ${e.cause}`);
+      if (e.type === 'retry') events.push('retry');
+      if (e.type === 'run') events.push(`run ${e.summary.reason}`);
+    },
+  });
+  const ac = new AbortController();
+  const running = wm.run(ac.signal);
+  db.defer(async () => {
+    ac.abort();
+    await running;
+    await wm.close();
+  });
+  await waitFor('the failed claim reported', async () => events.includes('retry'));
+  const at = events.indexOf('retry');
+  assert.equal(events[at - 1], 'wake closed', `the sleep ended with the connection: ${events.join(', ')}`);
+  assert.ok(errors.some((err) => (err as { code?: string }).code === '22012'), 'the claim\'s error was reported');
+  await waitFor('a run on a new connection', async () => events.slice(at).some((e) => e.startsWith('run ')));
+  assert.equal(await insertEvent(await db.session('writer')), 1n);
+  await waitFor('1 published', async () => (await safeSeq(db.observer)) === 1n);
 });
 
 test('where transactions may be prepared, the loop never sleeps, so writers never notify', async (t) => {
