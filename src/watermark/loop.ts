@@ -58,10 +58,9 @@ export class LoopConnection {
   /**
    * The owner's claim, made while the loop slept (`sleep`), for the run
    * that follows: the run a writer wakes starts without that round trip.
+   * Or its error: the next run fails with it.
    */
-  private claimedAhead: { claim: OwnerClaim; sentAt: number; at: number } | undefined;
-  /** The claim made ahead failed: the next run fails with its error. */
-  private claimFailed: { err: unknown } | undefined;
+  private claimedAhead: { claim: OwnerClaim; sentAt: number; at: number } | { failed: unknown } | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -93,7 +92,7 @@ export class LoopConnection {
     const client = this.client ?? (await this.open());
     let cancelling: Promise<void> | undefined;
     const onAbort = () => {
-      cancelling = cancelBackend(this.pool, (client as unknown as { processID: number }).processID);
+      cancelling = this.cancel(client);
     };
     signal.addEventListener('abort', onAbort, { once: true });
     const started = performance.now();
@@ -109,11 +108,9 @@ export class LoopConnection {
       // summaryIntervalMs) left, and summaryIntervalMs is below half of
       // leaseTtlMs, so it outlives this run as well. Older (a process that
       // stalled, a host suspended), it is made again.
-      const failed = this.claimFailed;
-      this.claimFailed = undefined;
-      if (failed) throw failed.err;
       const ahead = this.claimedAhead;
       this.claimedAhead = undefined;
+      if (ahead && 'failed' in ahead) throw ahead.failed;
       // Young by both clocks: the wall clock also counts a suspended host.
       const fresh = ahead !== undefined && performance.now() - ahead.at <= o.summaryIntervalMs && Date.now() - ahead.sentAt <= o.summaryIntervalMs;
       const { claim, sentAt } = fresh ? ahead : await this.claim(client);
@@ -149,27 +146,27 @@ export class LoopConnection {
    * fails and is retried) and `signal`.
    */
   async sleep(signal: AbortSignal, untilMs: number): Promise<WakeCause> {
-    if (this.woken) return 'notified';
-    if (this.client === undefined) return 'closed';
-    if (signal.aborted || performance.now() >= untilMs) return 'timeout';
+    const ended = (): WakeCause | undefined =>
+      this.woken ? 'notified' : this.client === undefined ? 'closed' : signal.aborted || performance.now() >= untilMs ? 'timeout' : undefined;
+    const before = ended();
+    if (before) return before;
     // The next run's claim, now: idle time, not the woken run's. A claim
     // that fails ends the sleep: the next run throws its error (reported,
     // then retried after a back-off on a new connection), instead of
     // sleeping on a connection that may be gone.
-    const client = this.client;
-    const onAbort = () => void cancelBackend(this.pool, (client as unknown as { processID: number }).processID);
+    const client = this.client!;
+    const onAbort = () => void this.cancel(client);
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       this.claimedAhead = { ...(await this.claim(client)), at: performance.now() };
     } catch (err) {
-      this.claimFailed = { err };
+      this.claimedAhead = { failed: err };
       return 'closed';
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
-    if (this.woken) return 'notified';
-    if (this.client === undefined) return 'closed';
-    if (signal.aborted || performance.now() >= untilMs) return 'timeout';
+    const after = ended();
+    if (after) return after;
     return new Promise<WakeCause>((resolve) => {
       const finish = (cause: WakeCause) => {
         clearTimeout(timer);
@@ -201,6 +198,11 @@ export class LoopConnection {
       claimOwner(client, this.lease, this.options.owner, this.instance, claimTtlMs(this.options)),
     );
     return { claim, sentAt };
+  }
+
+  /** Cancels what runs on the loop's connection `client`, from another connection. */
+  private cancel(client: pg.PoolClient): Promise<void> {
+    return cancelBackend(this.pool, (client as unknown as { processID: number }).processID);
   }
 
   private async open(): Promise<pg.PoolClient> {
@@ -242,7 +244,6 @@ export class LoopConnection {
     this.client = undefined;
     this.asleep = false;
     this.claimedAhead = undefined;
-    this.claimFailed = undefined;
     this.wake?.('closed');
     client?.release(err instanceof Error ? err : new Error(String(err)));
   }

@@ -187,7 +187,7 @@ const MUTANTS: Mutant[] = [
     id: 'claim-ahead-error-swallowed',
     what: 'watermarker: a claim made ahead that fails is ignored, and the loop sleeps on (on a connection that may be gone)',
     file: 'src/watermark/loop.ts',
-    find: '      this.claimFailed = { err };\n      return \'closed\';',
+    find: '      this.claimedAhead = { failed: err };\n      return \'closed\';',
     replace: '      void err;',
     tests: ['watermark/wake'],
   },

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, test, type TestContext } from 'node:test';
+import type pg from 'pg';
 import { Watermarker, type WatermarkerEvent } from '../../src/index.js';
 import { fenceKey } from '../../src/db/queryable.js';
 import { closeAdmin, insertEvent, safeSeq, testDb, testRole, waitFor, waitForBlockedStatement, type Session, type TestDb } from '../support/db.js';
@@ -207,11 +208,8 @@ test('a resumed run whose lease was released meanwhile ends "released" and does 
   assert.equal((await db.observer.query('SELECT lease_owner FROM tidemark.watermark')).rows[0].lease_owner, null);
 });
 
-test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs again within summaryIntervalMs, and never publishes a writer still in flight', async (t) => {
-  const db = await testDb(t);
-  if (await skipUnlessSleeps(t, db)) return;
-  const events: WatermarkerEvent[] = [];
-  const wm = new Watermarker(db.pool(), { owner: 'wm', idleGraceMs: 0, summaryIntervalMs: 1500, observer: (e) => void events.push(e) });
+/** Runs `wm` until the test ends, then stops it and releases its lease. */
+function runUntilTheEnd(db: TestDb, wm: Watermarker): void {
   const ac = new AbortController();
   const running = wm.run(ac.signal);
   db.defer(async () => {
@@ -219,6 +217,27 @@ test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs agai
     await running;
     await wm.close();
   });
+}
+
+/**
+ * Puts `intercept` between each connection `pool` opens and its queries:
+ * it gets the connection, the statement's text and how to send it (the
+ * original arguments, or others).
+ */
+function interceptQueries(pool: pg.Pool, intercept: (client: pg.PoolClient, text: string, send: (...args: unknown[]) => unknown, args: unknown[]) => unknown): void {
+  pool.on('connect', (client) => {
+    const send = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as { query: unknown }).query = (...args: unknown[]) =>
+      intercept(client, (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '', send, args);
+  });
+}
+
+test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs again within summaryIntervalMs, and never publishes a writer still in flight', async (t) => {
+  const db = await testDb(t);
+  if (await skipUnlessSleeps(t, db)) return;
+  const events: WatermarkerEvent[] = [];
+  const wm = new Watermarker(db.pool(), { owner: 'wm', idleGraceMs: 0, summaryIntervalMs: 1500, observer: (e) => void events.push(e) });
+  runUntilTheEnd(db, wm);
   const asleepAfter = (i: number) => waitFor('the loop asleep', async () => events.slice(i).some((e) => e.type === 'run' && e.summary.reason === 'asleep'));
   const wakeAfter = (i: number) => waitFor('a wake', async () => events.slice(i).find((e) => e.type === 'wake'));
 
@@ -261,15 +280,11 @@ test('run(): asleep, a commit wakes the loop; with the wake-up lost it runs agai
 async function wokenRun(db: TestDb, { stallOnWakeMs = 0, clockJumpOnWakeMs = 0 } = {}): Promise<string[]> {
   const seen: { client?: unknown; what: string }[] = [];
   const pool = db.pool();
-  pool.on('connect', (client) => {
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-    (client as { query: unknown }).query = (...args: unknown[]) => {
-      const text = (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '';
-      const what = /claim_owner/.test(text) ? 'claim' : /run_watermarker/.test(text) ? `call resume=${/p_resume => true/.test(text)}` : 'other';
-      seen.push({ client, what });
-      Date.now = realNow; // the jump lasts until the woken run's decision is sent
-      return query(...args);
-    };
+  interceptQueries(pool, (client, text, send, args) => {
+    const what = /claim_owner/.test(text) ? 'claim' : /run_watermarker/.test(text) ? `call resume=${/p_resume => true/.test(text)}` : 'other';
+    seen.push({ client, what });
+    Date.now = realNow; // the jump lasts until the woken run's decision is sent
+    return send(...args);
   });
   const realNow = Date.now;
   db.defer(() => (Date.now = realNow));
@@ -290,13 +305,7 @@ async function wokenRun(db: TestDb, { stallOnWakeMs = 0, clockJumpOnWakeMs = 0 }
       if (clockJumpOnWakeMs !== 0 && Date.now === realNow) Date.now = () => realNow() + clockJumpOnWakeMs;
     },
   });
-  const ac = new AbortController();
-  const running = wm.run(ac.signal);
-  db.defer(async () => {
-    ac.abort();
-    await running;
-    await wm.close();
-  });
+  runUntilTheEnd(db, wm);
   await waitFor('the loop asleep, its next claim sent', async () => log().includes('run asleep') && log().lastIndexOf('claim') > log().indexOf('run asleep'));
   assert.equal(await insertEvent(await db.session('writer')), 1n);
   await waitFor('1 published', async () => (await safeSeq(db.observer)) === 1n);
@@ -339,15 +348,11 @@ test('run(): a claim made ahead that fails ends the sleep: the next run reports 
   const pool = db.pool();
   let asleep = false;
   let failed = false;
-  pool.on('connect', (client) => {
-    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    (client as { query: unknown }).query = (...args: unknown[]) => {
-      const text = (typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text) ?? '';
-      if (!asleep || failed || !/claim_owner/.test(text)) return query(...args);
-      // The first claim made ahead fails (22012), on a connection that lives on.
-      failed = true;
-      return query('SELECT 1 / 0');
-    };
+  interceptQueries(pool, (_client, text, send, args) => {
+    if (!asleep || failed || !/claim_owner/.test(text)) return send(...args);
+    // The first claim made ahead fails (22012), on a connection that lives on.
+    failed = true;
+    return send('SELECT 1 / 0');
   });
   const events: string[] = [];
   const errors: unknown[] = [];
@@ -364,13 +369,7 @@ test('run(): a claim made ahead that fails ends the sleep: the next run reports 
       if (e.type === 'run') events.push(`run ${e.summary.reason}`);
     },
   });
-  const ac = new AbortController();
-  const running = wm.run(ac.signal);
-  db.defer(async () => {
-    ac.abort();
-    await running;
-    await wm.close();
-  });
+  runUntilTheEnd(db, wm);
   await waitFor('the failed claim reported', async () => events.includes('retry'));
   const at = events.indexOf('retry');
   assert.equal(events[at - 1], 'wake closed', `the sleep ended with the connection: ${events.join(', ')}`);
