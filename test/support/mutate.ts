@@ -31,14 +31,22 @@ interface Mutant {
 const STEP = 'sql/migrations/0007_fixed_search_path.sql';
 /** The loop's procedure and the writers' fence trigger (version 8 replaced version 7's). */
 const LOOP = 'sql/migrations/0008_wake.sql';
-/** The current turn of the loop (version 12 replaced version 8's). */
-const TICK = 'sql/migrations/0012_fence_wait.sql';
+/** The current turn of the loop (version 14 replaced version 12's, which replaced version 8's). */
+const TICK = 'sql/migrations/0014_token_wait.sql';
 const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 
 /** Dead letters (version 13). */
 const DEAD = 'sql/migrations/0013_dead_letters.sql';
 
 const MUTANTS: Mutant[] = [
+  {
+    id: 'tick-step-ignores-tokens',
+    what: 'a step that spends the last whole token plans the fast cadence, and the next turn only finds it may not step',
+    file: TICK,
+    find: '    -- needs one): sleep until then, not a turn that would find out.\n    IF r.tokens < 1 THEN',
+    replace: '    -- needs one): sleep until then, not a turn that would find out.\n    IF false THEN',
+    tests: ['watermark/loop'],
+  },
   {
     id: 'dead-letter-no-advance',
     what: 'record_dead_letter records the event but leaves the cursor before it (a SQL consumer may advance short of it)',

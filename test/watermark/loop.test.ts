@@ -309,6 +309,30 @@ test('a step put off waits for the fence inside the next turn: planned to the de
   await w.query('COMMIT');
 });
 
+test('a step that spends the last whole token plans the sleep until the next one, no later than the lease renewal: no turn only to find it may not step (version 14)', async (t) => {
+  const db = await testDb(t);
+  const c = await plainClient(db);
+  const planned = async () => (await c.query('SELECT (r).sleep_s AS sleep_s, (r).tokens AS tokens FROM tick_out')).rows[0] as { sleep_s: number | null; tokens: number };
+  const step = async (set: string) => {
+    await insertEvent(await db.session(`writer ${set.length}`));
+    assert.equal((await tick(c, { set: `r.tick_at := clock_timestamp(); ${set}` })).advanced, 1);
+    return planned();
+  };
+
+  // Tokens to spare after the step: the fast cadence (p_poll_min_ms, 1 ms).
+  const spare = await step('r.tokens := 5;');
+  assert.ok(spare.tokens >= 4 && spare.sleep_s !== null && spare.sleep_s <= 0.001, JSON.stringify(spare));
+  // The last whole token spent: sleep until the next accrues (10 ms at 100 steps a second), not 1 ms.
+  const spent = await step('r.tokens := 1;');
+  assert.ok(spent.tokens < 0.5, JSON.stringify(spent));
+  assert.ok(spent.sleep_s !== null && spent.sleep_s > 0.005 && spent.sleep_s <= 0.01, JSON.stringify(spent));
+  // Never past the lease renewal, nor the run's end.
+  const renew = await step(`r.tokens := 1; r.renew_at := clock_timestamp() + interval '3 milliseconds';`);
+  assert.ok(renew.sleep_s === null || renew.sleep_s <= 0.003, JSON.stringify(renew));
+  const end = await step(`r.tokens := 1; r.deadline := clock_timestamp() + interval '3 milliseconds';`);
+  assert.ok(end.sleep_s === null || end.sleep_s <= 0.003, JSON.stringify(end));
+});
+
 test('writers that overlap without pause: runs no longer than the step interval still step, and safe_seq follows them (the review of the deferral)', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);
