@@ -1507,6 +1507,14 @@ BEGIN
         extract(epoch FROM v_t1 - r.oldest_pending_at) * 250)) * interval '1 millisecond');
     END IF;
     r.delay_ms := r.poll_min_ms;
+    -- No step before a whole token accrues (nor a deferral, which also
+    -- needs one): sleep until then, not a turn that would find out. The
+    -- tokens are counted at v_t0, so the wait runs from there: a slow step
+    -- (a row lock, a synchronous commit) has waited part of it already.
+    IF r.tokens < 1 THEN
+      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
+                                         + (1 - r.tokens) * 1000 / r.max_steps_per_second);
+    END IF;
   ELSE
     r.polls := r.polls + 1;
     -- A step checks the lease; while no step runs, a look does, every

@@ -11,11 +11,12 @@
 -- expressions again: measured at 800 tx/s on PostgreSQL 15 (2 cores), 210
 -- to 250 turns a second for about 107 steps, and 0.3 to 0.5% of a core.
 -- Now the step's turn plans that wait itself: its sleep is the longer of
--- p_poll_min_ms and the time until a whole token, still no later than the
--- run's end and the lease renewal. A step needs a whole token, and so does
--- putting one off (docs/PROTOCOL.md section 3.10), so the turn removed
--- could only have slept: what a step decides and publishes, and when the
--- next one may run, do not change.
+-- p_poll_min_ms and the time until a whole token (counted from the turn's
+-- start, when the tokens were counted: a slow step has waited part of it),
+-- still no later than the run's end and the lease renewal. A step needs
+-- a whole token (or the renewal, which caps the sleep), and so does
+-- putting one off (docs/PROTOCOL.md section 3.10): what a step decides
+-- and publishes, and when the next one may run, do not change.
 
 CREATE OR REPLACE FUNCTION {{schema}}.watermarker_tick(r {{schema}}.watermarker_loop) RETURNS {{schema}}.watermarker_loop
 LANGUAGE plpgsql VOLATILE
@@ -277,9 +278,12 @@ BEGIN
     END IF;
     r.delay_ms := r.poll_min_ms;
     -- No step before a whole token accrues (nor a deferral, which also
-    -- needs one): sleep until then, not a turn that would find out.
+    -- needs one): sleep until then, not a turn that would find out. The
+    -- tokens are counted at v_t0, so the wait runs from there: a slow step
+    -- (a row lock, a synchronous commit) has waited part of it already.
     IF r.tokens < 1 THEN
-      r.delay_ms := greatest(r.delay_ms, (1 - r.tokens) * 1000 / r.max_steps_per_second);
+      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
+                                         + (1 - r.tokens) * 1000 / r.max_steps_per_second);
     END IF;
   ELSE
     r.polls := r.polls + 1;

@@ -43,8 +43,16 @@ const MUTANTS: Mutant[] = [
     id: 'tick-step-ignores-tokens',
     what: 'a step that spends the last whole token plans the fast cadence, and the next turn only finds it may not step',
     file: TICK,
-    find: '    -- needs one): sleep until then, not a turn that would find out.\n    IF r.tokens < 1 THEN',
-    replace: '    -- needs one): sleep until then, not a turn that would find out.\n    IF false THEN',
+    find: '    IF r.tokens < 1 THEN\n      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0',
+    replace: '    IF false THEN\n      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0',
+    tests: ['watermark/loop'],
+  },
+  {
+    id: 'tick-token-wait-after-step',
+    what: 'the wait for the next token runs from the step\'s end, not the turn\'s start: a slow step sleeps a whole interval more',
+    file: TICK,
+    find: '      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000\n',
+    replace: '      r.delay_ms := greatest(r.delay_ms, 0\n',
     tests: ['watermark/loop'],
   },
   {

@@ -309,13 +309,15 @@ test('a step put off waits for the fence inside the next turn: planned to the de
   await w.query('COMMIT');
 });
 
-test('a step that spends the last whole token plans the sleep until the next one, no later than the lease renewal: no turn only to find it may not step (version 14)', async (t) => {
+test('a step that spends the last whole token plans the sleep until the next one, from the turn\'s start, no later than the lease renewal: no turn only to find it may not step (version 14)', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);
+  const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
   const planned = async () => (await c.query('SELECT (r).sleep_s AS sleep_s, (r).tokens AS tokens FROM tick_out')).rows[0] as { sleep_s: number | null; tokens: number };
-  const step = async (set: string) => {
-    await insertEvent(await db.session(`writer ${set.length}`));
-    assert.equal((await tick(c, { set: `r.tick_at := clock_timestamp(); ${set}` })).advanced, 1);
+  // One turn that steps, at `rate` steps a second.
+  const step = async (set: string, rate = '100') => {
+    await insertEvent(await db.session(`writer ${set.length} ${rate}`));
+    assert.equal((await tick(c, { start: rate, set: `r.tick_at := clock_timestamp(); ${set}` })).advanced, 1);
     return planned();
   };
 
@@ -326,11 +328,29 @@ test('a step that spends the last whole token plans the sleep until the next one
   const spent = await step('r.tokens := 1;');
   assert.ok(spent.tokens < 0.5, JSON.stringify(spent));
   assert.ok(spent.sleep_s !== null && spent.sleep_s > 0.005 && spent.sleep_s <= 0.01, JSON.stringify(spent));
-  // Never past the lease renewal, nor the run's end.
-  const renew = await step(`r.tokens := 1; r.renew_at := clock_timestamp() + interval '3 milliseconds';`);
-  assert.ok(renew.sleep_s === null || renew.sleep_s <= 0.003, JSON.stringify(renew));
-  const end = await step(`r.tokens := 1; r.deadline := clock_timestamp() + interval '3 milliseconds';`);
-  assert.ok(end.sleep_s === null || end.sleep_s <= 0.003, JSON.stringify(end));
+  // Never past the lease renewal, nor the run's end (at 10 steps a second the token is 100 ms away).
+  const renew = await step(`r.tokens := 1; r.renew_at := clock_timestamp() + interval '40 milliseconds';`, '10');
+  assert.ok(renew.sleep_s === null || renew.sleep_s <= 0.04, JSON.stringify(renew));
+  const end = await step(`r.tokens := 1; r.deadline := clock_timestamp() + interval '40 milliseconds';`, '10');
+  assert.ok(end.sleep_s === null || end.sleep_s <= 0.04, JSON.stringify(end));
+
+  // A slow step has waited part of the 100 ms already: the sleep is what is left of it, counted from
+  // the turn's start, not 100 ms more. Here the step's publishing UPDATE waits 60 ms or more for the
+  // owner's claim, which another session holds locked (the fence_owner_claim trigger reads it FOR SHARE
+  // when the session names its instance, set after the lease is taken so that only the step waits).
+  await c.query(`SELECT tidemark.claim_owner('x', 'i1', 600000)`);
+  const holder = await db.session('claim holder');
+  await holder.query('BEGIN');
+  await holder.query(`SELECT 1 FROM tidemark.owner_claims WHERE owner = 'x' FOR UPDATE`);
+  const slow = step(`r.tokens := 1; PERFORM set_config('tidemark.instance', 'i1', true);`, '10');
+  await waitFor('the step to wait for the claim', async () => {
+    const r = await db.observer.query(`SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1`, [pid]);
+    return r.rows[0]?.wait_event_type === 'Lock';
+  });
+  await new Promise((resolve) => setTimeout(resolve, 60)); // makes the step slow; no timing is asserted on it
+  await holder.query('COMMIT');
+  const late = await slow;
+  assert.ok(late.sleep_s !== null && late.sleep_s <= 0.04, JSON.stringify(late));
 });
 
 test('writers that overlap without pause: runs no longer than the step interval still step, and safe_seq follows them (the review of the deferral)', async (t) => {
