@@ -1507,14 +1507,6 @@ BEGIN
         extract(epoch FROM v_t1 - r.oldest_pending_at) * 250)) * interval '1 millisecond');
     END IF;
     r.delay_ms := r.poll_min_ms;
-    -- No step before a whole token accrues (nor a deferral, which also
-    -- needs one): sleep until then, not a turn that would find out. The
-    -- tokens are counted at v_t0, so the wait runs from there: a slow step
-    -- (a row lock, a synchronous commit) has waited part of it already.
-    IF r.tokens < 1 THEN
-      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
-                                         + (1 - r.tokens) * 1000 / r.max_steps_per_second);
-    END IF;
   ELSE
     r.polls := r.polls + 1;
     -- A step checks the lease; while no step runs, a look does, every
@@ -1537,9 +1529,6 @@ BEGIN
       WHEN v_due THEN r.poll_min_ms
       WHEN v_t0 < r.last_advance_at + r.idle_grace_ms * interval '1 millisecond' THEN r.poll_min_ms
       ELSE least(r.poll_max_ms::float8, greatest(r.delay_ms * 2, 1)) END;
-    IF r.tokens < 1 THEN
-      r.delay_ms := greatest(r.delay_ms, (1 - r.tokens) * 1000 / r.max_steps_per_second);
-    END IF;
     -- Idle past the grace, and asked to (p_sleep): go to sleep until a
     -- writer wakes the loop, instead of looking at the back-off. This turn
     -- arms `wake` with the instant by which the client will have run the
@@ -1554,6 +1543,15 @@ BEGIN
       r.arming := true;
       RETURN r;
     END IF;
+  END IF;
+  -- No turn before a whole token accrues, after a step as after a look:
+  -- a step needs one (or the renewal, which caps every sleep, below), and
+  -- so does putting one off, so a turn sooner could only find that out.
+  -- The tokens were counted at v_t0, so the wait runs from there: a slow
+  -- step (a row lock, a synchronous commit) has waited part of it.
+  IF r.tokens < 1 THEN
+    r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
+                                       + (1 - r.tokens) * 1000 / r.max_steps_per_second);
   END IF;
   -- The next turn sleeps, after the shell's COMMIT; never in this
   -- transaction: a look's holds the sequence's RowExclusiveLock (ALTER

@@ -10,13 +10,15 @@
 -- transaction of its own in which PL/pgSQL prepares watermarker_tick's
 -- expressions again: measured at 800 tx/s on PostgreSQL 15 (2 cores), 210
 -- to 250 turns a second for about 107 steps, and 0.3 to 0.5% of a core.
--- Now the step's turn plans that wait itself: its sleep is the longer of
--- p_poll_min_ms and the time until a whole token (counted from the turn's
--- start, when the tokens were counted: a slow step has waited part of it),
--- still no later than the run's end and the lease renewal. A step needs
--- a whole token (or the renewal, which caps the sleep), and so does
--- putting one off (docs/PROTOCOL.md section 3.10): what a step decides
--- and publishes, and when the next one may run, do not change.
+-- Now every turn plans that wait, a step's as a look's (which always
+-- did, counted from its end): its sleep is the longer of what the turn
+-- planned and the time until a whole token (counted from the turn's
+-- start, when the tokens were counted: a slow step has waited part of
+-- it), still no later than the run's end and the lease renewal. A look
+-- that arms `wake` returns before it (the next turn comes at once). A
+-- step needs a whole token (or the renewal, which caps the sleep), and so
+-- does putting one off (docs/PROTOCOL.md section 3.10): what a step
+-- decides and publishes, and when the next one may run, do not change.
 
 CREATE OR REPLACE FUNCTION {{schema}}.watermarker_tick(r {{schema}}.watermarker_loop) RETURNS {{schema}}.watermarker_loop
 LANGUAGE plpgsql VOLATILE
@@ -277,14 +279,6 @@ BEGIN
         extract(epoch FROM v_t1 - r.oldest_pending_at) * 250)) * interval '1 millisecond');
     END IF;
     r.delay_ms := r.poll_min_ms;
-    -- No step before a whole token accrues (nor a deferral, which also
-    -- needs one): sleep until then, not a turn that would find out. The
-    -- tokens are counted at v_t0, so the wait runs from there: a slow step
-    -- (a row lock, a synchronous commit) has waited part of it already.
-    IF r.tokens < 1 THEN
-      r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
-                                         + (1 - r.tokens) * 1000 / r.max_steps_per_second);
-    END IF;
   ELSE
     r.polls := r.polls + 1;
     -- A step checks the lease; while no step runs, a look does, every
@@ -307,9 +301,6 @@ BEGIN
       WHEN v_due THEN r.poll_min_ms
       WHEN v_t0 < r.last_advance_at + r.idle_grace_ms * interval '1 millisecond' THEN r.poll_min_ms
       ELSE least(r.poll_max_ms::float8, greatest(r.delay_ms * 2, 1)) END;
-    IF r.tokens < 1 THEN
-      r.delay_ms := greatest(r.delay_ms, (1 - r.tokens) * 1000 / r.max_steps_per_second);
-    END IF;
     -- Idle past the grace, and asked to (p_sleep): go to sleep until a
     -- writer wakes the loop, instead of looking at the back-off. This turn
     -- arms `wake` with the instant by which the client will have run the
@@ -324,6 +315,15 @@ BEGIN
       r.arming := true;
       RETURN r;
     END IF;
+  END IF;
+  -- No turn before a whole token accrues, after a step as after a look:
+  -- a step needs one (or the renewal, which caps every sleep, below), and
+  -- so does putting one off, so a turn sooner could only find that out.
+  -- The tokens were counted at v_t0, so the wait runs from there: a slow
+  -- step (a row lock, a synchronous commit) has waited part of it.
+  IF r.tokens < 1 THEN
+    r.delay_ms := greatest(r.delay_ms, extract(epoch FROM v_t0 - pg_catalog.clock_timestamp()) * 1000
+                                       + (1 - r.tokens) * 1000 / r.max_steps_per_second);
   END IF;
   -- The next turn sleeps, after the shell's COMMIT; never in this
   -- transaction: a look's holds the sequence's RowExclusiveLock (ALTER

@@ -309,7 +309,7 @@ test('a step put off waits for the fence inside the next turn: planned to the de
   await w.query('COMMIT');
 });
 
-test('a step that spends the last whole token plans the sleep until the next one, from the turn\'s start, no later than the lease renewal: no turn only to find it may not step (version 14)', async (t) => {
+test('a step that spends the last whole token plans the sleep until the next one, as a look does, from the turn\'s start, no later than the lease renewal: no turn only to find it may not step (version 14)', async (t) => {
   const db = await testDb(t);
   const c = await plainClient(db);
   const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
@@ -328,6 +328,11 @@ test('a step that spends the last whole token plans the sleep until the next one
   const spent = await step('r.tokens := 1;');
   assert.ok(spent.tokens < 0.5, JSON.stringify(spent));
   assert.ok(spent.sleep_s !== null && spent.sleep_s > 0.005 && spent.sleep_s <= 0.01, JSON.stringify(spent));
+  // A look with half a token (an event waits, no step yet) plans the same wait: 5 ms, not 1.
+  await insertEvent(await db.session('writer look'));
+  assert.equal((await tick(c, { set: 'r.tick_at := clock_timestamp(); r.tokens := 0.5;' })).steps, 0);
+  const look = await planned();
+  assert.ok(look.sleep_s !== null && look.sleep_s > 0.0025 && look.sleep_s <= 0.005, JSON.stringify(look));
   // Never past the lease renewal, nor the run's end (at 10 steps a second the token is 100 ms away).
   const renew = await step(`r.tokens := 1; r.renew_at := clock_timestamp() + interval '40 milliseconds';`, '10');
   assert.ok(renew.sleep_s === null || renew.sleep_s <= 0.04, JSON.stringify(renew));
