@@ -177,6 +177,77 @@ END
 $$;
 
 --
+-- Name: advance_partition(text, text, integer, text, bigint); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.advance_partition(p_consumer text, p_stream text, p_partition integer, p_member text, p_seq bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_key text;
+  v_pages jsonb;
+  v_page jsonb;
+  v_through bigint;
+  v_at bigint;
+  v_done text;
+BEGIN
+  PERFORM "tidemark".checked_cursor_key('advance_partition', p_consumer, p_stream);
+  PERFORM "tidemark".checked_member('advance_partition', p_member);
+  IF p_partition IS NULL OR p_partition < 0 THEN
+    RAISE EXCEPTION 'tidemark: advance_partition: partition must be 0 or more, got %', coalesce(p_partition::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_key := "tidemark".partition_key(p_consumer, p_stream, p_partition)::text;
+  v_pages := "tidemark".open_pages();
+  v_page := "tidemark".open_page(v_key::bigint);
+  IF v_page IS NULL THEN
+    RAISE EXCEPTION 'tidemark: advance_partition: no page of partition % of consumer % on stream % was read in this transaction', p_partition, pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM004',
+            HINT = 'Call read_partition_page first, in the same REPEATABLE READ transaction.';
+  END IF;
+  v_through := (v_page ->> 1)::bigint;
+  v_at := (v_page ->> 2)::bigint;
+  IF p_seq IS NOT NULL AND p_seq < v_at THEN
+    RAISE EXCEPTION 'tidemark: advance_partition to % goes backwards: partition % of consumer % on stream % is at %', p_seq, p_partition, pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_at
+      USING ERRCODE = 'TM005';
+  END IF;
+  IF p_seq > v_through THEN
+    RAISE EXCEPTION 'tidemark: advance_partition to % skips events the page did not return: it may reach seq % at most', p_seq, v_through
+      USING ERRCODE = 'TM005',
+            HINT = 'Advance to the seq of the last event applied, then read the next page.';
+  END IF;
+  -- The fence: whatever the page did commits only while its member holds
+  -- the partition (the page has held its row locked since it read it, so
+  -- no beat moved it) under a lease that has not ended by the clock now.
+  -- The lease is group_members as this REPEATABLE READ page's snapshot
+  -- has it: the member's last renewal before the page began. A lease only
+  -- moves later while its member lives (its own beats), so the lease read
+  -- ends no later than the member's current one: a member whose lease
+  -- ended cannot commit, and a page that outlives the lease it began under
+  -- is refused even if its member renewed meanwhile.
+  UPDATE "tidemark".partition_cursors pc SET seq = coalesce(p_seq, v_at), updated_at = pg_catalog.now()
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition AND pc.seq = v_at
+     AND pc.holder = p_member
+     AND EXISTS (SELECT 1 FROM "tidemark".group_members m
+                  WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member = p_member
+                    AND m.lease_expires_at > pg_catalog.clock_timestamp());
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: advance_partition: partition % of consumer % on stream % is no longer held by member % under a live lease (or its cursor moved under the page)', p_partition,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), pg_catalog.quote_literal(p_member)
+      USING ERRCODE = 'TM008',
+            HINT = 'Roll back: the page''s effects must not commit. Renew the lease with group_beat and page the partitions it returns.';
+  END IF;
+  IF p_seq IS NULL OR p_seq = v_at THEN
+    RETURN v_at;
+  END IF;
+  v_done := pg_catalog.set_config('tidemark.pages',
+    pg_catalog.jsonb_set(v_pages, ARRAY[v_key, '2'], pg_catalog.to_jsonb(p_seq))::text, true);
+  RETURN p_seq;
+END
+$$;
+
+--
 -- Name: beat(text, text, jsonb, integer); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -234,6 +305,23 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   RETURN "tidemark".cursor_lock_key(p_consumer, p_stream);
+END
+$$;
+
+--
+-- Name: checked_member(text, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.checked_member(p_function text, p_member text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_member IS NULL OR p_member = '' OR pg_catalog.length(p_member) > 200 THEN
+    RAISE EXCEPTION 'tidemark: %: member must be a name of 1-200 characters, got %', p_function, coalesce(pg_catalog.quote_literal(p_member), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN p_member;
 END
 $$;
 
@@ -311,6 +399,24 @@ BEGIN
   RETURN pg_catalog.hashtextextended(
     (pg_catalog.length(p_consumer)::text || ':' || p_consumer || p_stream) COLLATE "C",
     (-8344625403455539058)::bigint);
+END
+$$;
+
+--
+-- Name: cursor_not_a_group(); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.cursor_not_a_group() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM "tidemark".groups g WHERE g.consumer = NEW.consumer AND g.stream = NEW.stream) THEN
+    RAISE EXCEPTION 'tidemark: consumer % on stream % is a group: it has a cursor per partition, not one of its own', pg_catalog.quote_literal(NEW.consumer), pg_catalog.quote_literal(NEW.stream)
+      USING ERRCODE = 'TM007',
+            HINT = 'Run it as a group member (tail --partitions N, StreamClient.tailGroup, read_partition_page), or use another consumer name.';
+  END IF;
+  RETURN NEW;
 END
 $$;
 
@@ -430,6 +536,13 @@ BEGIN
   EXECUTE pg_catalog.format('GRANT UPDATE (seq, updated_at, resync_count, last_resync_at) ON "tidemark".cursors TO %I', p_role);
   EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON "tidemark".dead_letters TO %I', p_role);
   EXECUTE pg_catalog.format('GRANT UPDATE (attempts, last_error, dead_at, replay_requested_at) ON "tidemark".dead_letters TO %I', p_role);
+  -- Groups: a member creates its group on first use, renews its own lease
+  -- and moves partitions (group_beat); never the partition count.
+  EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON "tidemark".groups TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON "tidemark".group_members TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT UPDATE (ttl_ms, lease_expires_at) ON "tidemark".group_members TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT SELECT, INSERT ON "tidemark".partition_cursors TO %I', p_role);
+  EXECUTE pg_catalog.format('GRANT UPDATE (seq, holder, moves, updated_at) ON "tidemark".partition_cursors TO %I', p_role);
   INSERT INTO "tidemark".consumer_grants (role_id, consumer)
   SELECT r.oid, c FROM pg_catalog.pg_roles r, pg_catalog.unnest(p_consumers) AS c
    WHERE r.rolname = p_role
@@ -453,6 +566,175 @@ BEGIN
   EXECUTE pg_catalog.format('GRANT INSERT (stream, kind, key, payload, headers) ON "tidemark".events TO %I', p_role);
   EXECUTE pg_catalog.format('GRANT SELECT (seq) ON "tidemark".events TO %I', p_role);
   EXECUTE pg_catalog.format('GRANT SELECT (safe_seq, updated_at, lease_owner, lease_expires_at) ON "tidemark".watermark TO %I', p_role);
+END
+$$;
+
+--
+-- Name: group_beat(text, text, integer, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.group_beat(p_consumer text, p_stream text, p_partitions integer, p_member text, p_ttl_ms integer) RETURNS TABLE(partition integer, seq bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_key bigint := "tidemark".checked_cursor_key('group_beat', p_consumer, p_stream);
+  v_member text := "tidemark".checked_member('group_beat', p_member);
+  v_partitions integer;
+  v_now timestamptz;
+  v_members text[];
+  v_count integer;
+  v_index integer;
+BEGIN
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: group_beat: partitions must be between 1 and 1024, got %', coalesce(p_partitions::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF p_ttl_ms IS NULL OR p_ttl_ms < 100 OR p_ttl_ms > 3600000 THEN
+    RAISE EXCEPTION 'tidemark: group_beat: ttl_ms must be between 100 and 3600000, got %', coalesce(p_ttl_ms::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- One beat of a group at a time: each decides from the members and
+  -- holders as the one before left them (a transaction-level advisory lock
+  -- of the group: a consumer role may not lock the groups row itself).
+  PERFORM pg_catalog.pg_advisory_xact_lock("tidemark".partition_key(p_consumer, p_stream, -1));
+  SELECT g.partitions INTO v_partitions FROM "tidemark".groups g
+   WHERE g.consumer = p_consumer AND g.stream = p_stream;
+  IF NOT FOUND THEN
+    -- First use. A consumer's own cursor of the same name would be a
+    -- second position of the same consumer: refused. The cursor's lock
+    -- key makes a tailer creating that cursor meanwhile wait (or fail).
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(v_key)
+       OR EXISTS (SELECT 1 FROM "tidemark".cursors c WHERE c.consumer = p_consumer AND c.stream = p_stream) THEN
+      RAISE EXCEPTION 'tidemark: group_beat: consumer % on stream % already has a cursor of its own: a group needs a consumer name of its own', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+        USING ERRCODE = 'TM007';
+    END IF;
+    INSERT INTO "tidemark".groups (consumer, stream, partitions) VALUES (p_consumer, p_stream, p_partitions)
+    ON CONFLICT DO NOTHING;
+    SELECT g.partitions INTO v_partitions FROM "tidemark".groups g
+     WHERE g.consumer = p_consumer AND g.stream = p_stream;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'tidemark: group_beat: the group of consumer % on stream % exists but this role may not use it', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'The owner grants consumers with SELECT tidemark.grant_consumer(role, ARRAY[consumer]).';
+    END IF;
+    INSERT INTO "tidemark".partition_cursors (consumer, stream, partition)
+    SELECT p_consumer, p_stream, p FROM pg_catalog.generate_series(0, v_partitions - 1) p
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF v_partitions <> p_partitions THEN
+    RAISE EXCEPTION 'tidemark: group_beat: the group of consumer % on stream % has % partitions, not %', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_partitions, p_partitions
+      USING ERRCODE = 'TM007',
+            HINT = 'Start every member with the same partition count.';
+  END IF;
+
+  v_now := pg_catalog.clock_timestamp();
+  INSERT INTO "tidemark".group_members AS m (consumer, stream, member, ttl_ms, lease_expires_at)
+  VALUES (p_consumer, p_stream, v_member, p_ttl_ms, v_now + p_ttl_ms * interval '1 millisecond')
+  ON CONFLICT (consumer, stream, member) DO UPDATE
+    SET ttl_ms = excluded.ttl_ms, lease_expires_at = excluded.lease_expires_at;
+  -- Members whose lease ended hold nothing any more (below): forget them.
+  DELETE FROM "tidemark".group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at <= v_now;
+
+  SELECT pg_catalog.array_agg(m.member ORDER BY m.member COLLATE "C") INTO v_members
+    FROM "tidemark".group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream;
+  v_count := pg_catalog.cardinality(v_members);
+  v_index := pg_catalog.array_position(v_members, v_member) - 1;
+
+  -- Give up the partitions that are another member's now. One that a page
+  -- of this member has open stays until the next beat (the page holds its
+  -- row, and its commit still counts: the member holds it until then).
+  UPDATE "tidemark".partition_cursors pc
+     SET holder = NULL, updated_at = pg_catalog.now()
+   WHERE (pc.consumer, pc.stream, pc.partition) IN (
+          SELECT x.consumer, x.stream, x.partition FROM "tidemark".partition_cursors x
+           WHERE x.consumer = p_consumer AND x.stream = p_stream AND x.holder = v_member
+             AND x.partition % v_count <> v_index
+             FOR NO KEY UPDATE SKIP LOCKED);
+
+  -- Take this member's own partitions that are free, or whose holder's
+  -- lease ended (it is no live member). One whose row a page still holds
+  -- (that page's member was alive when it read) is taken at a later beat:
+  -- the page ends by its commit, its rollback, or the idle timeout its
+  -- read set.
+  UPDATE "tidemark".partition_cursors pc
+     SET holder = v_member, moves = pc.moves + 1, updated_at = pg_catalog.now()
+   WHERE (pc.consumer, pc.stream, pc.partition) IN (
+          SELECT x.consumer, x.stream, x.partition FROM "tidemark".partition_cursors x
+           WHERE x.consumer = p_consumer AND x.stream = p_stream
+             AND x.partition % v_count = v_index
+             AND x.holder IS DISTINCT FROM v_member
+             AND (x.holder IS NULL OR x.holder <> ALL (v_members))
+             FOR NO KEY UPDATE SKIP LOCKED);
+
+  RETURN QUERY
+    SELECT pc.partition, pc.seq FROM "tidemark".partition_cursors pc
+     WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.holder = v_member
+     ORDER BY pc.partition;
+END
+$$;
+
+--
+-- Name: group_partitions_fixed(); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.group_partitions_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF NEW.partitions IS DISTINCT FROM OLD.partitions THEN
+    RAISE EXCEPTION 'tidemark: the group of consumer % on stream % has % partitions: the count cannot change under its cursors', pg_catalog.quote_literal(OLD.consumer), pg_catalog.quote_literal(OLD.stream), OLD.partitions
+      USING ERRCODE = 'TM007';
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+--
+-- Name: key_partition(text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.key_partition(p_key text, p_partitions integer) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: key_partition: partitions must be between 1 and 1024, got %', p_partitions
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN (('x' || pg_catalog.substr(pg_catalog.md5(p_key), 1, 8))::pg_catalog.bit(32)::pg_catalog.int8 % p_partitions)::integer;
+END
+$$;
+
+--
+-- Name: leave_group(text, text, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.leave_group(p_consumer text, p_stream text, p_member text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_key bigint := "tidemark".checked_cursor_key('leave_group', p_consumer, p_stream);
+  v_member text := "tidemark".checked_member('leave_group', p_member);
+  v_released integer;
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock("tidemark".partition_key(p_consumer, p_stream, -1));
+  DELETE FROM "tidemark".group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member = v_member;
+  UPDATE "tidemark".partition_cursors pc
+     SET holder = NULL, updated_at = pg_catalog.now()
+   WHERE (pc.consumer, pc.stream, pc.partition) IN (
+          SELECT x.consumer, x.stream, x.partition FROM "tidemark".partition_cursors x
+           WHERE x.consumer = p_consumer AND x.stream = p_stream AND x.holder = v_member
+             FOR NO KEY UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS v_released = ROW_COUNT;
+  RETURN v_released;
 END
 $$;
 
@@ -556,6 +838,100 @@ END
 $$;
 
 --
+-- Name: lock_partition(text, text, text, integer, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.lock_partition(p_function text, p_consumer text, p_stream text, p_partition integer, p_member text, OUT key bigint, OUT cursor bigint, OUT safe_seq bigint, OUT partitions integer) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_member text := "tidemark".checked_member(p_function, p_member);
+  v_holder text;
+  v_ttl_ms integer;
+  v_page jsonb;
+  v_pruned bigint;
+BEGIN
+  PERFORM "tidemark".checked_cursor_key(p_function, p_consumer, p_stream);
+  IF p_partition IS NULL OR p_partition < 0 THEN
+    RAISE EXCEPTION 'tidemark: %: partition must be 0 or more, got %', p_function, coalesce(p_partition::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  key := "tidemark".partition_key(p_consumer, p_stream, p_partition);
+  v_page := "tidemark".open_page(key);
+  IF (v_page ->> 2)::bigint < (v_page ->> 4)::bigint THEN
+    RAISE EXCEPTION 'tidemark: %: this transaction read partition % of consumer % on stream % up to seq % and advanced only to seq %', p_function, p_partition,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_page ->> 4, v_page ->> 2
+      USING ERRCODE = 'TM006',
+            HINT = 'Advance past the events the page returned (advance_partition) before reading the next page in the same transaction.';
+  END IF;
+  IF pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
+    RAISE EXCEPTION 'tidemark: % must run in a REPEATABLE READ transaction, not %', p_function, pg_catalog.current_setting('transaction_isolation')
+      USING ERRCODE = 'TM003',
+            HINT = 'BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM read_partition_page(...); apply the events; SELECT advance_partition(...); COMMIT;';
+  END IF;
+  -- Held by this member, under a live lease, and still its own by the
+  -- group's split (partition p to live member number p % count, by name):
+  -- a member stops paging a partition that is another's now, so that its
+  -- next beat can give it up (a beat skips the row of an open page). Read
+  -- before locking, so a member that is not the holder fails at once
+  -- rather than waiting for the holder's page.
+  SELECT m.ttl_ms INTO v_ttl_ms FROM "tidemark".group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member = v_member
+     AND m.lease_expires_at > pg_catalog.clock_timestamp();
+  SELECT pc.holder INTO v_holder FROM "tidemark".partition_cursors pc
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition;
+  IF FOUND AND (v_holder IS DISTINCT FROM v_member OR v_ttl_ms IS NULL OR p_partition % NULLIF((
+        SELECT pg_catalog.count(*) FROM "tidemark".group_members m
+         WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp())::integer, 0)
+      <> (SELECT pg_catalog.count(*) FROM "tidemark".group_members m
+           WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp()
+             AND m.member COLLATE "C" < v_member COLLATE "C")::integer) THEN
+    RAISE EXCEPTION 'tidemark: %: partition % of consumer % on stream % is not held by member % under a live lease, or is another member''s now', p_function, p_partition,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), pg_catalog.quote_literal(v_member)
+      USING ERRCODE = 'TM008',
+            HINT = 'Renew the lease with group_beat, and page only the partitions it returns.';
+  END IF;
+  -- The row stays locked until the page ends: the holder cannot change
+  -- under the page (group_beat skips a locked row).
+  SELECT pc.seq, pc.holder, g.partitions INTO cursor, v_holder, partitions
+    FROM "tidemark".partition_cursors pc JOIN "tidemark".groups g ON g.consumer = pc.consumer AND g.stream = pc.stream
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition
+     FOR NO KEY UPDATE OF pc;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: %: consumer % on stream % has no partition % (no such group, or a group with fewer partitions)', p_function,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), p_partition
+      USING ERRCODE = 'TM008',
+            HINT = 'Join the group with group_beat, and page only the partitions it returns.';
+  END IF;
+  IF v_holder IS DISTINCT FROM v_member THEN
+    RAISE EXCEPTION 'tidemark: %: partition % of consumer % on stream % is not held by member % under a live lease', p_function, p_partition,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), pg_catalog.quote_literal(v_member)
+      USING ERRCODE = 'TM008',
+            HINT = 'Renew the lease with group_beat, and page only the partitions it returns.';
+  END IF;
+  -- A member that stops with this page open loses it once its lease is
+  -- over: the server ends the session, and the page's row lock with it.
+  PERFORM pg_catalog.set_config('idle_in_transaction_session_timeout', v_ttl_ms::text, true);
+  -- And one whose client stops reading (a result it never takes) is cut
+  -- off by TCP once unacknowledged data waits that long.
+  PERFORM pg_catalog.set_config('tcp_user_timeout', v_ttl_ms::text, true);
+  SELECT w.safe_seq, h.pruned_through_seq INTO safe_seq, v_pruned
+    FROM "tidemark".watermark w LEFT JOIN "tidemark".horizons h ON h.stream = p_stream;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: the watermark row is missing' USING ERRCODE = 'object_not_in_prerequisite_state';
+  END IF;
+  IF v_pruned > cursor THEN
+    RAISE EXCEPTION 'tidemark: retention removed events of stream % above partition % of consumer % (cursor %, pruned through %)',
+        pg_catalog.quote_literal(p_stream), p_partition, pg_catalog.quote_literal(p_consumer), cursor, v_pruned
+      USING ERRCODE = 'TM002',
+            DETAIL = pg_catalog.format('cursor=%s pruned_through=%s', cursor, v_pruned),
+            HINT = 'Nothing was delivered. Roll back, and rebuild the consumer from a bootstrap snapshot.';
+  END IF;
+END
+$$;
+
+--
 -- Name: note_resync(text, text); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -628,6 +1004,119 @@ END
 $$;
 
 --
+-- Name: partition_expression(text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_expression(p_column text, p_partitions integer) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  -- Every name qualified, the type of the literal too: the index's DDL
+  -- runs on its owner's search_path (a text domain there would otherwise
+  -- become part of the index).
+  IF p_column NOT IN ('key', 'e.key') OR p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: partition_expression: over key or e.key with 1 to 1024 partitions, got % and %', pg_catalog.quote_literal(p_column), p_partitions
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN pg_catalog.format(
+    '((((''x''::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(%s), 1, 8))::pg_catalog.bit(32))::pg_catalog.int8 OPERATOR(pg_catalog.%%) (%s)::pg_catalog.int8))',
+    p_column, p_partitions);
+END
+$$;
+
+--
+-- Name: partition_fence(); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_fence() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF NEW.holder IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM "tidemark".group_members m
+        WHERE m.consumer = NEW.consumer AND m.stream = NEW.stream AND m.member = NEW.holder
+          AND m.lease_expires_at > pg_catalog.clock_timestamp()) THEN
+    RAISE EXCEPTION 'tidemark: partition % of consumer % on stream % moved at COMMIT after the lease of member % ended', NEW.partition,
+        pg_catalog.quote_literal(NEW.consumer), pg_catalog.quote_literal(NEW.stream), pg_catalog.quote_literal(NEW.holder)
+      USING ERRCODE = 'TM008';
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+--
+-- Name: partition_index_ddl(integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_index_ddl(p_partitions integer) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: partition_index_ddl: partitions must be between 1 and 1024, got %', p_partitions
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN pg_catalog.format(
+    'CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON "tidemark".events (stream, %s, seq)',
+    'events_partition_' || p_partitions, "tidemark".partition_expression('key', p_partitions));
+END
+$$;
+
+--
+-- Name: partition_index_state(integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_index_state(p_partitions integer, OUT ddl text, OUT present boolean, OUT valid boolean) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  ddl := "tidemark".partition_index_ddl(p_partitions);
+  SELECT true, i.indisvalid INTO present, valid
+    FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+   WHERE c.relname = 'events_partition_' || p_partitions::text
+     AND c.relnamespace = '"tidemark"'::pg_catalog.regnamespace;
+  present := coalesce(present, false);
+  valid := coalesce(valid, false);
+END
+$$;
+
+--
+-- Name: partition_key(text, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_key(p_consumer text, p_stream text, p_partition integer) RETURNS bigint
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN pg_catalog.hashtextextended(
+    ('partition:' || p_partition::text || ':' || pg_catalog.length(p_consumer)::text || ':' || p_consumer || p_stream) COLLATE "C",
+    (-8344625403455539058)::bigint);
+END
+$$;
+
+--
+-- Name: partition_page_info(text, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_page_info(p_consumer text, p_stream text, p_partition integer) RETURNS TABLE(cursor bigint, through bigint, advanced_to bigint, safe_seq bigint)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_page jsonb := "tidemark".open_page("tidemark".partition_key(p_consumer, p_stream, p_partition));
+BEGIN
+  IF v_page IS NOT NULL THEN
+    RETURN QUERY SELECT (v_page ->> 0)::bigint, (v_page ->> 1)::bigint, (v_page ->> 2)::bigint, (v_page ->> 3)::bigint;
+  END IF;
+END
+$$;
+
+--
 -- Name: read_page(text, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -673,6 +1162,65 @@ BEGIN
   v_done := "tidemark".remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);
 END
 $$;
+
+--
+-- Name: read_partition_page(text, text, integer, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.read_partition_page(p_consumer text, p_stream text, p_partition integer, p_member text, p_max_events integer) RETURNS TABLE(seq bigint, kind text, key text, payload jsonb, headers jsonb, occurred_at timestamp with time zone)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+  v record;
+  v_count bigint;
+  v_last bigint;
+  v_through bigint;
+  v_done text;
+BEGIN
+  IF p_max_events IS NULL OR p_max_events < 1 OR p_max_events > 100000 THEN
+    RAISE EXCEPTION 'tidemark: read_partition_page: max_events must be between 1 and 100000, got %', coalesce(p_max_events::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  SELECT * INTO v FROM "tidemark".lock_partition('read_partition_page', p_consumer, p_stream, p_partition, p_member);
+  -- The count is a literal, so the group's partition index (when created)
+  -- matches: one range scan.
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT e.seq, e.kind, e.key, e.payload, e.headers, e.occurred_at FROM "tidemark".events e
+      WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4
+      ORDER BY e.seq LIMIT $5', "tidemark".partition_expression('e.key', v.partitions))
+    USING p_stream, v.cursor, v.safe_seq, p_partition::pg_catalog.int8, p_max_events;
+  GET DIAGNOSTICS v_count = ROW_COUNT;
+  IF v_count = 0 THEN
+    v_last := v.cursor;
+    -- Nothing of this partition up to safe_seq: the cursor may go there.
+    -- Retention's horizon is the stream's, so a partition whose keys are
+    -- quiet must not stay behind the others' events, or it would be told
+    -- to resync for events that were never its own. At most every 10 s
+    -- (an empty page is the common case of a woken partition), in the
+    -- page's transaction: it commits with the page, under the same fence.
+    UPDATE "tidemark".partition_cursors pc SET seq = v.safe_seq, updated_at = pg_catalog.now()
+     WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition
+       AND pc.seq = v.cursor AND v.safe_seq > v.cursor
+       AND pc.updated_at < pg_catalog.now() - interval '10 seconds';
+    IF FOUND THEN
+      v.cursor := v.safe_seq;
+      v_last := v.safe_seq;
+    END IF;
+  ELSE
+    EXECUTE pg_catalog.format(
+      'SELECT e.seq FROM "tidemark".events e
+        WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4
+        ORDER BY e.seq OFFSET $5 LIMIT 1', "tidemark".partition_expression('e.key', v.partitions))
+      INTO v_last
+      USING p_stream, v.cursor, v.safe_seq, p_partition::pg_catalog.int8, v_count - 1;
+  END IF;
+  -- A short page returned every event of the partition up to safe_seq.
+  v_through := CASE WHEN v_count < p_max_events THEN v.safe_seq ELSE v_last END;
+  v_done := "tidemark".remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);
+END
+$_$;
 
 --
 -- Name: record_dead_letter(text, text, bigint, integer, text); Type: FUNCTION; Schema: tidemark; Owner: -
@@ -1697,6 +2245,35 @@ ALTER TABLE tidemark.events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: group_members; Type: TABLE; Schema: tidemark; Owner: -
+--
+
+CREATE TABLE tidemark.group_members (
+    consumer text NOT NULL,
+    stream text NOT NULL,
+    member text NOT NULL,
+    ttl_ms integer NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    joined_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT group_members_member_check CHECK (((member <> ''::text) AND (length(member) <= 200))),
+    CONSTRAINT group_members_ttl_ms_check CHECK (((ttl_ms >= 100) AND (ttl_ms <= 3600000)))
+);
+
+--
+-- Name: groups; Type: TABLE; Schema: tidemark; Owner: -
+--
+
+CREATE TABLE tidemark.groups (
+    consumer text NOT NULL,
+    stream text NOT NULL,
+    partitions integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT groups_consumer_check CHECK (((consumer <> ''::text) AND (length(consumer) <= 200))),
+    CONSTRAINT groups_partitions_check CHECK (((partitions >= 1) AND (partitions <= 1024))),
+    CONSTRAINT groups_stream_check CHECK (((stream <> ''::text) AND (length(stream) <= 200)))
+);
+
+--
 -- Name: heartbeats; Type: TABLE; Schema: tidemark; Owner: -
 --
 
@@ -1729,6 +2306,22 @@ CREATE TABLE tidemark.owner_claims (
     expires_at timestamp with time zone NOT NULL,
     CONSTRAINT owner_claims_instance_check CHECK ((instance <> ''::text)),
     CONSTRAINT owner_claims_owner_check CHECK ((owner <> ''::text))
+);
+
+--
+-- Name: partition_cursors; Type: TABLE; Schema: tidemark; Owner: -
+--
+
+CREATE TABLE tidemark.partition_cursors (
+    consumer text NOT NULL,
+    stream text NOT NULL,
+    partition integer NOT NULL,
+    seq bigint DEFAULT 0 NOT NULL,
+    holder text,
+    moves bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT partition_cursors_partition_check CHECK ((partition >= 0)),
+    CONSTRAINT partition_cursors_seq_check CHECK ((seq >= 0))
 );
 
 --
@@ -1866,6 +2459,20 @@ CASE
 END) NOT VALID;
 
 --
+-- Name: group_members group_members_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.group_members
+    ADD CONSTRAINT group_members_pkey PRIMARY KEY (consumer, stream, member);
+
+--
+-- Name: groups groups_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.groups
+    ADD CONSTRAINT groups_pkey PRIMARY KEY (consumer, stream);
+
+--
 -- Name: heartbeats heartbeats_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
 --
 
@@ -1887,6 +2494,13 @@ ALTER TABLE ONLY tidemark.owner_claims
     ADD CONSTRAINT owner_claims_pkey PRIMARY KEY (owner);
 
 --
+-- Name: partition_cursors partition_cursors_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.partition_cursors
+    ADD CONSTRAINT partition_cursors_pkey PRIMARY KEY (consumer, stream, partition);
+
+--
 -- Name: tidemark_migrations tidemark_migrations_pkey; Type: CONSTRAINT; Schema: tidemark; Owner: -
 --
 
@@ -1905,6 +2519,12 @@ ALTER TABLE ONLY tidemark.watermark
 --
 
 CREATE INDEX events_stream_seq ON tidemark.events USING btree (stream, seq);
+
+--
+-- Name: cursors cursors_not_a_group; Type: TRIGGER; Schema: tidemark; Owner: -
+--
+
+CREATE TRIGGER cursors_not_a_group BEFORE INSERT ON tidemark.cursors FOR EACH ROW EXECUTE FUNCTION tidemark.cursor_not_a_group();
 
 --
 -- Name: dead_letters dead_letters_event; Type: TRIGGER; Schema: tidemark; Owner: -
@@ -1933,6 +2553,32 @@ ALTER TABLE tidemark.events ENABLE ALWAYS TRIGGER events_immutable;
 --
 
 CREATE TRIGGER fence_owner_claim BEFORE UPDATE ON tidemark.watermark FOR EACH ROW EXECUTE FUNCTION tidemark.fence_owner_claim();
+
+--
+-- Name: groups groups_partitions_fixed; Type: TRIGGER; Schema: tidemark; Owner: -
+--
+
+CREATE TRIGGER groups_partitions_fixed BEFORE UPDATE ON tidemark.groups FOR EACH ROW EXECUTE FUNCTION tidemark.group_partitions_fixed();
+
+--
+-- Name: partition_cursors partition_cursors_fence; Type: TRIGGER; Schema: tidemark; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER partition_cursors_fence AFTER UPDATE OF seq ON tidemark.partition_cursors DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tidemark.partition_fence();
+
+--
+-- Name: group_members group_members_consumer_stream_fkey; Type: FK CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.group_members
+    ADD CONSTRAINT group_members_consumer_stream_fkey FOREIGN KEY (consumer, stream) REFERENCES tidemark.groups(consumer, stream) ON DELETE CASCADE;
+
+--
+-- Name: partition_cursors partition_cursors_consumer_stream_fkey; Type: FK CONSTRAINT; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE ONLY tidemark.partition_cursors
+    ADD CONSTRAINT partition_cursors_consumer_stream_fkey FOREIGN KEY (consumer, stream) REFERENCES tidemark.groups(consumer, stream) ON DELETE CASCADE;
 
 --
 -- Name: cursors; Type: ROW SECURITY; Schema: tidemark; Owner: -
@@ -1969,6 +2615,60 @@ CREATE POLICY dead_letters_granted_consumers ON tidemark.dead_letters USING ((EX
    FROM (tidemark.consumer_grants g
      JOIN pg_roles r ON ((r.oid = g.role_id)))
   WHERE ((g.consumer = dead_letters.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
+
+--
+-- Name: group_members; Type: ROW SECURITY; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE tidemark.group_members ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: group_members group_members_granted_consumers; Type: POLICY; Schema: tidemark; Owner: -
+--
+
+CREATE POLICY group_members_granted_consumers ON tidemark.group_members USING ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = group_members.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text))))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = group_members.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
+
+--
+-- Name: groups; Type: ROW SECURITY; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE tidemark.groups ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: groups groups_granted_consumers; Type: POLICY; Schema: tidemark; Owner: -
+--
+
+CREATE POLICY groups_granted_consumers ON tidemark.groups USING ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = groups.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text))))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = groups.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
+
+--
+-- Name: partition_cursors; Type: ROW SECURITY; Schema: tidemark; Owner: -
+--
+
+ALTER TABLE tidemark.partition_cursors ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: partition_cursors partition_cursors_granted_consumers; Type: POLICY; Schema: tidemark; Owner: -
+--
+
+CREATE POLICY partition_cursors_granted_consumers ON tidemark.partition_cursors USING ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = partition_cursors.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text))))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM (tidemark.consumer_grants g
+     JOIN pg_roles r ON ((r.oid = g.role_id)))
+  WHERE ((g.consumer = partition_cursors.consumer) AND pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))));
 
 --
 -- Name: FUNCTION acquire_lease(p_owner text, p_ttl_ms integer); Type: ACL; Schema: tidemark; Owner: -

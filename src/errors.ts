@@ -292,6 +292,11 @@ export const SQLSTATE = {
   pageIsolation: 'TM003',
   advanceWithoutRead: 'TM004',
   advanceOutOfRange: 'TM005',
+  // Raised by the group functions (migration 0015): a group of another
+  // partition count, or a name that has a cursor of its own; a partition
+  // this member does not hold under a live lease (its page must roll back).
+  groupRefused: 'TM007',
+  partitionNotHeld: 'TM008',
 } as const;
 
 /** SQLSTATEs after which the same operation may succeed when simply run again. */

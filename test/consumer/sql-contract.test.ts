@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { CursorContentionError, ResyncRequiredError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
-import { closeAdmin, insertEvent, testDb, testRole, waitFor, type Session, type TestDb } from '../support/db.js';
+import { closeAdmin, failsWith, insertEvent, testDb, testRole, waitFor, type Session, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
 
@@ -39,15 +39,6 @@ async function cursorRow(db: TestDb, consumer = 'c', stream = 's'): Promise<{ se
   return r.rows[0] ? { seq: BigInt(r.rows[0].seq), resyncCount: r.rows[0].resync_count } : undefined;
 }
 
-/** The SQLSTATE a statement fails with (it must fail). */
-async function sqlstate(run: Promise<unknown>): Promise<string> {
-  try {
-    await run;
-  } catch (err) {
-    return (err as { code?: string }).code ?? String(err);
-  }
-  assert.fail('expected the statement to fail');
-}
 
 test('a page in SQL: read_page creates the cursor and returns the events below safe_seq in order; advance_cursor commits with the effects', async (t) => {
   const db = await testDb(t);
@@ -111,9 +102,9 @@ test('misuse is refused by SQLSTATE, and nothing is written', async (t) => {
 
   // Not REPEATABLE READ: TM003, and no cursor row is created.
   await c.query('BEGIN');
-  assert.equal(await sqlstate(readPage(c, 'c', 's', 10)), 'TM003');
+  assert.equal(await failsWith(readPage(c, 'c', 's', 10)), 'TM003');
   await c.query('ROLLBACK');
-  assert.equal(await sqlstate(readPage(c, 'c', 's', 10)), 'TM003', 'nor in autocommit under READ COMMITTED');
+  assert.equal(await failsWith(readPage(c, 'c', 's', 10)), 'TM003', 'nor in autocommit under READ COMMITTED');
   assert.equal(await cursorRow(db), undefined);
 
   // Bad arguments: 22023, naming the argument.
@@ -131,7 +122,7 @@ test('misuse is refused by SQLSTATE, and nothing is written', async (t) => {
     await c.query('ROLLBACK TO SAVEPOINT a');
   }
   // An advance without a read in this transaction: TM004.
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
 
   await c.query(RR);
@@ -147,19 +138,19 @@ test('misuse is refused by SQLSTATE, and nothing is written', async (t) => {
   // Another cursor than the one read: TM004.
   await c.query(RR);
   await readPage(c, 'c', 's', 3);
-  assert.equal(await sqlstate(advanceCursor(c, 'c2', 's', seqs[0])), 'TM004');
+  assert.equal(await failsWith(advanceCursor(c, 'c2', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
   // A read undone by ROLLBACK TO SAVEPOINT takes its page with it: TM004.
   await c.query(RR);
   await c.query('SAVEPOINT before_read');
   await readPage(c, 'c', 's', 3);
   await c.query('ROLLBACK TO SAVEPOINT before_read');
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', seqs[0])), 'TM004');
   await c.query('ROLLBACK');
   // A short page may reach safe_seq, not past it.
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 100), seqs);
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[5]! + 1n)), 'TM005');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', seqs[5]! + 1n)), 'TM005');
   await c.query('ROLLBACK');
 
   assert.equal(await cursorRow(db), undefined, 'none of it left a cursor row');
@@ -190,7 +181,7 @@ test('a second session on the same cursor is refused at once with TM001, whether
   await client.drain('c', 's', async (e) => {
     delivered.push(e.seq);
     await b.query(RR);
-    refused = await sqlstate(readPage(b, 'c', 's', 10));
+    refused = await failsWith(readPage(b, 'c', 's', 10));
     await b.query('ROLLBACK');
   });
   assert.deepEqual(delivered, seqs.slice(1));
@@ -204,7 +195,7 @@ test('a second session on the same cursor is refused at once with TM001, whether
   idle.catch(() => undefined);
   await waitFor('the idle tailer to finish its first page', async () => pages.some((e) => e.type === 'page' && e.cursor === seqs[2]));
   await b.query(RR);
-  assert.equal(await sqlstate(readPage(b, 'c3', 's', 10)), 'TM001', 'a tailer between pages holds its cursor');
+  assert.equal(await failsWith(readPage(b, 'c3', 's', 10)), 'TM001', 'a tailer between pages holds its cursor');
   await b.query('ROLLBACK');
   stop.abort();
   // Other cursors are not held.
@@ -257,7 +248,7 @@ test('a consumer role pages its own consumers only: row-level security decides',
   assert.equal((await cursorRow(db, 'billing'))?.seq, seqs[1]);
   for (const consumer of ['audit', 'someone-else']) {
     await c.query(RR);
-    assert.equal(await sqlstate(readPage(c, consumer, 's', 10)), '42501', `${consumer}: refused`);
+    assert.equal(await failsWith(readPage(c, consumer, 's', 10)), '42501', `${consumer}: refused`);
     await c.query('ROLLBACK');
   }
   assert.equal((await cursorRow(db, 'audit'))?.seq, 0n);
@@ -272,7 +263,7 @@ test('pages of several cursors in one transaction are kept apart', async (t) => 
   await c.query(RR);
   assert.deepEqual(await readPage(c, 'c', 's', 1), s.slice(0, 1));
   assert.deepEqual(await readPage(c, 'c', 'u', 10), u);
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', s[1])), 'TM005');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', s[1])), 'TM005');
   await c.query('ROLLBACK');
   await c.query(RR);
   await readPage(c, 'c', 's', 1);
@@ -320,7 +311,7 @@ test("lock_page takes events read ahead only when they are all of the stream's e
   // Read from another cursor position: the page opens, but may not advance until read_page.
   await c.query(RR);
   assert.deepEqual((await lockPage(seqs[0]!, seqs[3]!, 3)).rows, [{ cursor: String(seqs[1]), safe_seq: String(seqs[5]) }]);
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[2])), 'TM005');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', seqs[2])), 'TM005');
   await c.query('ROLLBACK');
   await c.query(RR);
   await lockPage(seqs[0]!, seqs[3]!, 3);
@@ -368,7 +359,7 @@ test('a page state set by hand does not open a page: not for the session, and no
   // The same value for the whole session, as SET (or ALTER ROLE ... SET) would leave it.
   await c.query(`SELECT set_config('tidemark.pages', $1, false)`, [genuine]);
   await c.query(RR);
-  assert.equal(await sqlstate(advanceCursor(c, 'c', 's', seqs[2])), 'TM004', 'another transaction\'s page');
+  assert.equal(await failsWith(advanceCursor(c, 'c', 's', seqs[2])), 'TM004', 'another transaction\'s page');
   await c.query('ROLLBACK');
   await c.query(`RESET tidemark.pages`);
   // Within a page, a forged position: the cursor is not where the entry says.

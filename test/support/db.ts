@@ -209,3 +209,13 @@ export async function waitForBlockedStatement(observer: Session, fragment: strin
     return r.rows[0]?.pid;
   });
 }
+
+/** The SQLSTATE a statement fails with; fails the test when it succeeds. */
+export async function failsWith(run: Promise<unknown>): Promise<string> {
+  try {
+    await run;
+  } catch (err) {
+    return (err as { code?: string }).code ?? String(err);
+  }
+  throw new Error('expected the statement to fail');
+}
