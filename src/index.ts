@@ -22,6 +22,7 @@ export type {
 export { stepBucketMs } from './watermark/progress.js';
 export { StreamClient } from './consumer/stream-client.js';
 export type { TailOptions, DrainOptions, DrainResult, PageInfo } from './consumer/stream-client.js';
+export type { GroupOptions } from './consumer/group.js';
 export type { FailurePolicy } from './consumer/failures.js';
 export { listDeadLetters, replayDeadLetters, discardDeadLetters } from './consumer/dead-letters.js';
 export type { DeadLetter, DeadLetterFilter } from './consumer/dead-letters.js';

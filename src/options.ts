@@ -161,3 +161,10 @@ export function poolOption(pool: unknown): pg.Pool {
   if (!pool || typeof (pool as { connect?: unknown }).connect !== 'function') throw new InvalidOptionsError('pool', 'expected a pg Pool');
   return pool as pg.Pool;
 }
+
+/** A boolean option, or `fallback` when absent. */
+export function booleanOption<T extends object>(options: T, name: keyof T & string, fallback: boolean): boolean {
+  const value = options[name] ?? fallback;
+  if (typeof value !== 'boolean') throw new InvalidOptionsError(name, `expected a boolean, got ${echoValue(value)}`);
+  return value;
+}

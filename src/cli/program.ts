@@ -191,9 +191,18 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .option('--batch <n>', 'events per page', '500')
     .option('--poll <duration>', 'poll interval when no notification arrives', '1s')
     .option('--from <now|start|seq>', 'where a new consumer starts: now (skip what is published), start (what retention kept) or a seq (default: seq 0); an existing cursor is left where it is')
+    .option('--partitions <n>', "run as a member of the consumer's group of n partitions (by key): every process started with the same consumer and count shares the stream, each key in order")
+    .option('--member <name>', 'this member\'s name in the group (default: host:pid:random)')
+    .option('--concurrency <n>', "partitions this member pages at once (default 4)")
+    .option('--lease <duration>', "the member's lease: its partitions move to the others this long after it stops (default 10s)")
+    .option('--no-partition-index', "do not create the group's partition index (it costs appends; pages then read past other partitions' events)")
     .addHelpText(
       'after',
-      examples(['npx tidemark tail --consumer audit --stream orders --json', 'npx tidemark tail --consumer audit --stream orders --once --limit 100']) +
+      examples([
+        'npx tidemark tail --consumer audit --stream orders --json',
+        'npx tidemark tail --consumer audit --stream orders --once --limit 100',
+        'npx tidemark tail --consumer mailer --stream orders --partitions 16 --json',
+      ]) +
         DURATIONS +
         '\nExit code 3: retention removed events the consumer had not read; rebuild, then rerun with --bootstrap.\n',
     )

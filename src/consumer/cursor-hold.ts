@@ -61,6 +61,8 @@ export class CursorHold {
     readonly stream: string,
     /** Bound on each of tidemark's own statements on this connection; past it the connection is dropped. */
     readonly boundMs: number,
+    /** The group partition this connection pages, if it pages one. */
+    readonly partition?: number,
   ) {
     this.onError = (err?: unknown) => {
       this.broken ??= err ?? new Error('connection ended');
@@ -91,6 +93,16 @@ export class CursorHold {
   /** How many waits are listening for the connection's loss now (for tests: none outlives its wait). */
   get lostListenerCount(): number {
     return this.lostListeners.size;
+  }
+
+  /**
+   * Checks out a connection to page one partition of a group, with no lock
+   * of the session's: a partition is this member's by lease, and its page
+   * holds the partition's cursor row (PROTOCOL §6.4). A session-level lock
+   * would outlive a member paused between pages and keep its successor out.
+   */
+  static async forPartition(pool: pg.Pool, consumer: string, stream: string, partition: number, signal: AbortSignal | undefined, boundMs: number): Promise<CursorHold> {
+    return new CursorHold(await acquire(pool, signal), consumer, stream, boundMs, partition);
   }
 
   /**

@@ -47,6 +47,8 @@ export interface HandlerContext {
   stream: string;
   /** The tail's signal: long handlers should stop when it aborts. */
   signal: AbortSignal;
+  /** The group partition being delivered (`tailGroup` only). */
+  partition?: number;
 }
 
 /**
@@ -71,12 +73,20 @@ export type ConsumerEvent =
       /** The safe_seq the page read. */
       safeSeq: bigint;
       wake: WakeReason;
+      /** The group partition paged (`tailGroup` only). */
+      partition?: number;
     }
   | { type: 'resync'; consumer: string; stream: string; cursor: bigint; prunedThrough: bigint }
   /** `tail` failed with a retryable error (`error`) and runs again after `delayMs`; `attempt` counts failures since the last page that committed. */
-  | { type: 'retry'; consumer: string; stream: string; error: unknown; attempt: number; delayMs: number }
+  | { type: 'retry'; consumer: string; stream: string; error: unknown; attempt: number; delayMs: number; partition?: number }
+  /** A group member's beat (`tailGroup`): the partitions it holds now, when they changed. */
+  | { type: 'group:assignment'; consumer: string; stream: string; member: string; partitions: number[] }
+  /** A page of `partition` was refused (SQLSTATE TM008, `error`): the partition is another member's now, or the lease the page began under ended; the member stops paging it until a beat returns it. */
+  | { type: 'group:fenced'; consumer: string; stream: string; member: string; partition: number; error: unknown }
+  /** The group's partition index could not be created (`error`): pages of a partition read past the other partitions' events. */
+  | { type: 'group:index'; consumer: string; stream: string; partitions: number; error: unknown }
   /** A handler failed on `seq` (`error`, the handler's) and the event is tried again alone after `delayMs`; `attempt` is that try's number. */
-  | { type: 'handler:retry'; consumer: string; stream: string; seq: bigint; attempt: number; delayMs: number; error: unknown }
+  | { type: 'handler:retry'; consumer: string; stream: string; seq: bigint; attempt: number; delayMs: number; error: unknown; partition?: number }
   /** The event failed its last try and was recorded as dead letter `id`, the cursor moved past it in the same transaction. */
   | { type: 'dead-letter'; consumer: string; stream: string; seq: bigint; key: string | undefined; attempts: number; error: unknown; id: bigint }
   /** Dead letter `id` was replayed: its handler ran and it was deleted in that transaction (`error` undefined), or its handler failed again (it stays, one try more). */

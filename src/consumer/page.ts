@@ -44,7 +44,7 @@ export interface PageSql {
  * PostgreSQL's own text, which the handler gets byte for byte, and parsed
  * from it without changing a number, never re-serialised (exact-json.ts).
  */
-const EVENT_COLUMNS = (t: string) =>
+export const EVENT_COLUMNS = (t: string) =>
   `${t}.seq, ${t}.kind, ${t}.key, ${t}.payload::pg_catalog.text AS payload, ${t}.headers::pg_catalog.text AS headers, ${t}.occurred_at`;
 
 /**
@@ -205,7 +205,7 @@ export async function runPage(
   lockTimeoutMs: number,
   handler: Handler,
   signal: AbortSignal,
-  beforeCommit?: (page: { consumer: string; stream: string; delivered: number; cursor: bigint }) => unknown,
+  beforeCommit?: (page: { consumer: string; stream: string; delivered: number; cursor: bigint; partition?: number }) => unknown,
   readAhead?: PageReadAhead,
 ): Promise<PageResult | undefined> {
   const { consumer, stream } = hold;
@@ -263,7 +263,7 @@ export async function runPage(
 
   let live = true;
   const tx = transaction(hold, () => live, 'the page transaction');
-  const context = { consumer, stream, signal };
+  const context = hold.partition === undefined ? { consumer, stream, signal } : { consumer, stream, signal, partition: hold.partition };
   let handled = cursor;
   let delivered = 0;
   try {
@@ -294,7 +294,7 @@ export async function runPage(
   const prefetch = full && handled === BigInt(rows[rows.length - 1]!.seq) ? readAhead?.next?.(handled) : undefined;
   if (handled > cursor && beforeCommit) {
     try {
-      await beforeCommit({ consumer, stream, delivered, cursor: handled });
+      await beforeCommit(hold.partition === undefined ? { consumer, stream, delivered, cursor: handled } : { consumer, stream, delivered, cursor: handled, partition: hold.partition });
     } catch (err) {
       if (err instanceof CommitThrough && err.seq > cursor && err.seq < handled && !hold.isBroken) {
         // The page's effects outside the database took hold up to err.seq:

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { backoffMs } from '../backoff.js';
-import { ClosedError, ConnectionLostError, CursorContentionError, HandlerError, InvalidOptionsError, isRetryable } from '../errors.js';
-import { sleep } from '../db/acquire.js';
+import { ClosedError, ConnectionLostError, CursorContentionError, HandlerError, InvalidOptionsError, isRetryable, SQLSTATE, sqlState } from '../errors.js';
+import { acquire, sleep } from '../db/acquire.js';
 import { notifyChannel } from '../db/queryable.js';
 import { checkKnownOptions, nameOption, poolOption } from '../options.js';
 import { openBootstrap, type BootstrapSnapshot } from './bootstrap.js';
@@ -9,9 +9,12 @@ import { CursorHold, transaction } from './cursor-hold.js';
 import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
-import { eventOf, pageSql, runPage, type EventRow, type PageSql, type Prefetch } from './page.js';
+import { eventOf, pageSql, runPage, type EventRow, type PageResult, type PageSql, type Prefetch } from './page.js';
 import { handledBefore, noTries, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
 import { boundedQuery } from '../db/deadline.js';
+import { GROUP_OPTION_NAMES, groupSql, partitionPageSql, resolveGroupOptions, Semaphore, type GroupOptions, type ResolvedGroupOptions } from './group.js';
+import { setMaxListeners } from 'node:events';
+import { withDeadline } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../callbacks.js';
 
 /** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
@@ -22,6 +25,8 @@ export interface PageInfo {
   delivered: number;
   /** The cursor the page will commit: the seq of its last handled event. */
   cursor: bigint;
+  /** The group partition of the page (`tailGroup` only). */
+  partition?: number;
 }
 
 /** Options for {@link StreamClient.tail}. */
@@ -162,7 +167,7 @@ export class StreamClient {
                 await this.replays(hold, handler, signal);
               }
               const generation = this.listener?.generation ?? 0;
-              const page = await this.deliver(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead, policy, tries);
+              const page = (await this.deliver(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead, policy, tries))!; // waits its back-offs
               ahead = page.prefetch;
               attempt = 0;
               if (page.full) {
@@ -208,7 +213,7 @@ export class StreamClient {
       let ahead: Prefetch | undefined;
       do {
         const limit = Math.min(this.options.batchSize, max - result.delivered);
-        const page = await this.deliver(hold, handler, limit, signal, wake, options.beforeCommit, ahead, policy, tries);
+        const page = (await this.deliver(hold, handler, limit, signal, wake, options.beforeCommit, ahead, policy, tries))!; // waits its back-offs
         ahead = page.prefetch;
         result.delivered += page.delivered;
         result.cursor = page.cursor;
@@ -218,6 +223,258 @@ export class StreamClient {
       } while (result.delivered < max);
       return result;
     }));
+  }
+
+  /**
+   * Delivers `stream` to `handler` as one member of `consumer`'s group: the
+   * stream split into `partitions` by key (`key_partition`), a durable
+   * cursor per partition, and the partitions spread evenly over the live
+   * members, which hold them by lease (PROTOCOL §6.4). Events of one key
+   * are delivered in order, exactly once per group; pages of different
+   * partitions run at once, up to `concurrency` in this member. Start the
+   * same call in other processes (or with another `member` name) to add
+   * members: the partitions rebalance at their beats, and those of a
+   * member that stops move to the others once its lease ends.
+   *
+   * The handler's context and the observer's `page` events carry the
+   * partition. Never resolves; rejects like {@link tail} (a handler's
+   * failure under the `stop` policy, a database error that is not
+   * retryable, the abort reason), after this member's pages ended and it
+   * left the group. A member whose count differs from the group's is
+   * refused (SQLSTATE TM007). The `dead-letter` policy is not available to
+   * groups yet.
+   */
+  async tailGroup(consumer: string, stream: string, handler: Handler, options: GroupOptions = {}): Promise<never> {
+    checkCallOptions(options, { signal: true, beforeCommit: true, failures: true, ...GROUP_OPTION_NAMES } satisfies Record<keyof GroupOptions, true>, 'tailGroup');
+    const policy = failurePolicy(options);
+    if (policy.onExhausted === 'dead-letter') {
+      throw new InvalidOptionsError('failures.onExhausted', "'dead-letter' is not available to a group member yet: use 'stop' (the default)");
+    }
+    const group = resolveGroupOptions(options);
+    return this.session(consumer, stream, handler, options.signal, (signal) => this.member(consumer, stream, handler, options.beforeCommit, policy, group, signal));
+  }
+
+  /** One member's run: beats every third of the lease, a page loop per partition held, then leaves the group. */
+  private async member(
+    consumer: string,
+    stream: string,
+    handler: Handler,
+    beforeCommit: TailOptions['beforeCommit'],
+    policy: ResolvedFailurePolicy,
+    group: ResolvedGroupOptions,
+    outer: AbortSignal,
+  ): Promise<never> {
+    const o = this.options;
+    const sql = groupSql(o.schema);
+    const bound = o.lockTimeoutMs + o.responseTimeoutMs;
+    // Aborted by the caller, or by the first partition loop that fails.
+    const stop = new AbortController();
+    setMaxListeners(0, stop.signal); // one listener per partition loop
+    const forward = () => stop.abort(outer.reason);
+    outer.addEventListener('abort', forward, { once: true });
+    if (outer.aborted) forward();
+    const slots = new Semaphore(group.concurrency);
+    const loops = new Map<number, AbortController>();
+    const running = new Set<Promise<void>>();
+    const unsubscribe = this.listener?.subscribe();
+    const beatMs = Math.max(30, Math.floor(group.leaseTtlMs / 3));
+    // The beats have a connection of their own: a beat queued behind the
+    // pages for a pooled one would let the lease lapse under them.
+    let beatClient: pg.PoolClient | undefined;
+    const onBeatClient = async <T>(what: string, run: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
+      beatClient ??= await acquire(this.pool, stop.signal);
+      const c = beatClient;
+      try {
+        return await withDeadline(c, bound, what, () => run(c));
+      } catch (err) {
+        beatClient = undefined;
+        c.release(true); // its state is unknown: destroyed
+        throw err;
+      }
+    };
+    let index: Promise<void> | undefined;
+    let held: number[] = [];
+    let attempt = 0;
+    try {
+      for (;;) {
+        stop.signal.throwIfAborted();
+        let now: number[];
+        try {
+          const r = await onBeatClient(`the beat of ${JSON.stringify(group.member)}`, (c) =>
+            c.query<{ partition: number }>(sql.beat, [consumer, stream, group.partitions, group.member, group.leaseTtlMs]),
+          );
+          now = r.rows.map((row) => row.partition);
+          attempt = 0;
+        } catch (err) {
+          if (stop.signal.aborted) throw stop.signal.reason;
+          if (!o.retry || !isRetryable(err)) throw err;
+          attempt += 1;
+          const delayMs = Math.min(backoffMs(attempt, o.retryMinMs, o.retryMaxMs), beatMs);
+          this.emit({ type: 'retry', consumer, stream, error: err, attempt, delayMs });
+          await sleep(delayMs, stop.signal);
+          continue;
+        }
+        // Stopped while the beat ran: start nothing.
+        stop.signal.throwIfAborted();
+        // The index once the member is in (its build may wait for old
+        // transactions; it must not hold the first beat back).
+        if (group.partitionIndex) index ??= this.partitionIndex(consumer, stream, group.partitions, stop.signal);
+        // Partitions given up stop after their page; new ones start.
+        for (const [p, loopStop] of loops) {
+          if (!now.includes(p)) {
+            loopStop.abort(new Error('partition given up'));
+            loops.delete(p);
+          }
+        }
+        for (const p of now) {
+          if (loops.has(p)) continue;
+          const loopStop = new AbortController();
+          const onStop = () => loopStop.abort(stop.signal.reason);
+          stop.signal.addEventListener('abort', onStop, { once: true });
+          loops.set(p, loopStop);
+          const done: Promise<void> = this.partitionLoop(consumer, stream, p, group, handler, beforeCommit, policy, slots, loopStop.signal)
+            .catch((err: unknown) => void stop.abort(err))
+            .finally(() => {
+              stop.signal.removeEventListener('abort', onStop);
+              if (loops.get(p) === loopStop) loops.delete(p);
+              running.delete(done);
+            });
+          running.add(done);
+        }
+        if (now.join() !== held.join()) {
+          held = now;
+          this.emit({ type: 'group:assignment', consumer, stream, member: group.member, partitions: now });
+        }
+        await sleep(beatMs, stop.signal);
+      }
+    } finally {
+      outer.removeEventListener('abort', forward);
+      stop.abort(stop.signal.reason ?? new Error('member stopped'));
+      await Promise.allSettled([...running]);
+      await index;
+      await unsubscribe?.();
+      // Leave, so that the others take the partitions at their next beat
+      // rather than when the lease ends. Best effort: the lease ends anyway.
+      try {
+        await onBeatClient(`${JSON.stringify(group.member)} leaving`, (c) => c.query(sql.leave, [consumer, stream, group.member]));
+      } catch {
+        // the lease ends by itself
+      }
+      beatClient?.release();
+    }
+  }
+
+  /** Pages partition `p` while this member holds it: returns when it is given up or lost (TM008), throws what ends the member. */
+  private async partitionLoop(
+    consumer: string,
+    stream: string,
+    p: number,
+    group: ResolvedGroupOptions,
+    handler: Handler,
+    beforeCommit: TailOptions['beforeCommit'],
+    policy: ResolvedFailurePolicy,
+    slots: Semaphore,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const o = this.options;
+    const sql = partitionPageSql(this.sql, o.schema, consumer, stream, p, group.member);
+    const tries = noTries();
+    const never = { onLost: () => () => undefined };
+    let wake: WakeReason = 'start';
+    let attempt = 0;
+    while (!signal.aborted) {
+      const generation = this.listener?.generation ?? 0;
+      let safeSeq: bigint | undefined;
+      try {
+        await slots.acquire(signal);
+        try {
+          // One page a slot: a partition with a backlog takes turns with
+          // the others, its next page queued behind theirs.
+          const hold = await CursorHold.forPartition(this.pool, consumer, stream, p, signal, o.lockTimeoutMs + o.responseTimeoutMs);
+          try {
+            const page = await this.deliver(hold, handler, o.batchSize, signal, wake, beforeCommit, undefined, policy, tries, sql, true);
+            safeSeq = page === undefined ? undefined : page.full ? -1n : page.safeSeq;
+          } finally {
+            await hold.release();
+          }
+        } finally {
+          slots.release();
+        }
+        attempt = 0;
+      } catch (err) {
+        if (signal.aborted) return;
+        // Not this member's any more (a beat gave it away, or the lease
+        // the page began under ended): the next beat says what is.
+        if (sqlState(err) === SQLSTATE.partitionNotHeld) {
+          this.emit({ type: 'group:fenced', consumer, stream, member: group.member, partition: p, error: err });
+          return;
+        }
+        if (!o.retry || !(err instanceof CursorContentionError || isRetryable(err))) throw err;
+        attempt += 1;
+        const delayMs = backoffMs(attempt, o.retryMinMs, o.retryMaxMs);
+        this.emit({ type: 'retry', consumer, stream, error: err, attempt, delayMs, partition: p });
+        await sleep(delayMs, signal).catch(() => undefined);
+        wake = 'retry';
+        continue;
+      }
+      if (safeSeq === undefined) {
+        // A failing event's back-off: waited with neither a slot nor a
+        // connection, so that the other partitions go on meanwhile.
+        this.emit({ type: 'handler:retry', consumer, stream, seq: tries.seq!, attempt: tries.attempts + 1, delayMs: tries.delayMs, error: tries.last?.cause, partition: p });
+        const ok = await sleep(tries.delayMs, signal).then(() => true, () => false);
+        if (!ok) return;
+        tries.delayMs = 0;
+        wake = 'retry';
+        continue;
+      }
+      if (safeSeq < 0n) {
+        wake = 'full';
+        continue;
+      }
+      try {
+        wake = this.listener ? await this.listener.wait(safeSeq, generation, o.pollIntervalMs, signal, never) : await pollOnly(o.pollIntervalMs, signal, never);
+      } catch {
+        return; // stopped
+      }
+    }
+  }
+
+  /**
+   * Creates the group's partition index when it is missing (CONCURRENTLY:
+   * writers go on), so that a page of a partition is one range scan. A role
+   * that may not create it is told once (`group:index`), as is an invalid
+   * one (a build that was cancelled); pages are correct without it, only
+   * slower. Stopping the member cancels a build in progress.
+   */
+  private async partitionIndex(consumer: string, stream: string, partitions: number, signal: AbortSignal): Promise<void> {
+    const o = this.options;
+    let client: pg.PoolClient | undefined;
+    let pid: number | undefined;
+    const cancel = () => {
+      if (pid !== undefined) void this.pool.query('SELECT pg_catalog.pg_cancel_backend($1)', [pid]).catch(() => undefined);
+    };
+    signal.addEventListener('abort', cancel, { once: true });
+    try {
+      client = await acquire(this.pool, signal);
+      const r = await withDeadline(client, o.responseTimeoutMs, 'the partition index', () =>
+        client!.query<{ ddl: string; present: boolean; valid: boolean; pid: number }>(`SELECT s.*, pg_catalog.pg_backend_pid() AS pid FROM ${groupSql(o.schema).indexState} s`, [partitions]),
+      );
+      const state = r.rows[0]!;
+      if (state.present) {
+        if (!state.valid) throw new Error(`the index events_partition_${partitions} is invalid (a build that did not finish): drop it, and a member creates it again`);
+        return;
+      }
+      pid = state.pid;
+      signal.throwIfAborted();
+      await client.query(state.ddl);
+    } catch (err) {
+      client?.release(true);
+      client = undefined;
+      if (!signal.aborted) this.emit({ type: 'group:index', consumer, stream, partitions, error: err });
+    } finally {
+      signal.removeEventListener('abort', cancel);
+      client?.release();
+    }
   }
 
   /**
@@ -321,12 +578,17 @@ export class StreamClient {
     ahead: Prefetch | undefined,
     policy: ResolvedFailurePolicy,
     tries: Tries,
-  ) {
+    sql: PageSql = this.sql,
+    yieldBackoff = false,
+  ): Promise<PageResult | undefined> {
     for (;;) {
       const failing = tries.seq;
       if (failing !== undefined && tries.before === 0) {
+        // The caller waits the back-off itself (a group member, without
+        // its slot and connection): undefined.
+        if (tries.delayMs > 0 && yieldBackoff) return undefined;
         if (tries.delayMs > 0) {
-          this.emit({ type: 'handler:retry', consumer: hold.consumer, stream: hold.stream, seq: failing, attempt: tries.attempts + 1, delayMs: tries.delayMs, error: tries.last?.cause });
+          this.emit({ type: 'handler:retry', consumer: hold.consumer, stream: hold.stream, seq: failing, attempt: tries.attempts + 1, delayMs: tries.delayMs, error: tries.last?.cause, ...(hold.partition !== undefined && { partition: hold.partition }) });
           await sleep(tries.delayMs, signal);
           tries.delayMs = 0;
           wake = 'retry';
@@ -343,7 +605,7 @@ export class StreamClient {
       }
       const cap = tries.before > 0 ? Math.min(limit, tries.before) : failing !== undefined ? 1 : limit;
       try {
-        const page = await this.page(hold, handler, cap, signal, wake, beforeCommit, failing === undefined ? ahead : undefined);
+        const page = await this.page(hold, handler, cap, signal, wake, beforeCommit, failing === undefined ? ahead : undefined, true, sql);
         if (failing !== undefined && page.cursor >= failing) {
           // Past the failing event: handled (in this page, or by one whose
           // COMMIT answer was lost), or the cursor was moved.
@@ -507,15 +769,22 @@ export class StreamClient {
     beforeCommit: TailOptions['beforeCommit'],
     ahead: Prefetch | undefined,
     report = true,
+    sql: PageSql = this.sql,
   ) {
     const o = this.options;
-    const readAhead = o.prefetch ? { use: ahead, waitMs: o.responseTimeoutMs, next: (after: bigint) => this.prefetch(hold.stream, after, limit) } : undefined;
+    // A partition's page reads no events ahead: its read is filtered.
+    const readAhead = o.prefetch && sql === this.sql ? { use: ahead, waitMs: o.responseTimeoutMs, next: (after: bigint) => this.prefetch(hold.stream, after, limit) } : undefined;
     for (let attempt = 1; ; attempt += 1) {
       // Undefined: the page found a resync that a bootstrap resolved before
       // it was counted; page again.
-      const page = await runPage(hold, this.sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, attempt === 1 ? readAhead : undefined);
+      const page = await runPage(hold, sql, limit, o.lockTimeoutMs, handler, signal, beforeCommit, attempt === 1 ? readAhead : undefined);
       if (page) {
-        if (report) this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake });
+        if (report) {
+          this.emit({
+            type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: page.delivered, cursor: page.cursor, safeSeq: page.safeSeq, wake,
+            ...(hold.partition !== undefined && { partition: hold.partition }),
+          });
+        }
         return page;
       }
       if (attempt >= RESYNC_ATTEMPTS) {

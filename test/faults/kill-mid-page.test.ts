@@ -9,30 +9,19 @@
  * then kills it.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { after, test } from 'node:test';
 import { Watermarker } from '../../src/index.js';
 import { exited } from '../support/cli.js';
 import { closeAdmin, testDb, waitFor, type Session } from '../support/db.js';
-import { alive, committedSeqs, effectSeqs, EFFECTS_TABLE_SQL, stopChild } from '../support/faults.js';
+import { alive, committedSeqs, effectSeqs, EFFECTS_TABLE_SQL, startFixture, stopChild, type FixtureProcess } from '../support/faults.js';
 
 after(closeAdmin);
 
 const fixture = new URL('./fixtures/block-in-handler.ts', import.meta.url).pathname;
 
 /** Starts the fixture tailer; its stdout lines are collected. */
-function startTailer(args: string[]): { child: ChildProcess; lines: string[]; stderr: () => string } {
-  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), fixture, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines: string[] = [];
-  let rest = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    const parts = (rest + d.toString()).split('\n');
-    rest = parts.pop()!;
-    lines.push(...parts);
-  });
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  return { child, lines, stderr: () => stderr };
+function startTailer(args: string[]): FixtureProcess {
+  return startFixture(fixture, args);
 }
 
 async function cursor(observer: Session, consumer: string): Promise<bigint | undefined> {

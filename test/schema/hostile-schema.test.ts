@@ -90,6 +90,22 @@ test('a public schema of better-matching decoys changes nothing tidemark does, f
   await sql.query('COMMIT');
   assert.equal(await hits(), 0, 'consumers');
 
+  // A group member: its beats, the partition index it builds (a decoy
+  // chosen in its check would fail the statement before it runs, and the
+  // index would never come), its pages.
+  const groupSeen: bigint[] = [];
+  const groupStop = new AbortController();
+  const member = client.tailGroup('g1', 's', (e) => void groupSeen.push(e.seq), { partitions: 2, member: 'm', signal: groupStop.signal });
+  member.catch(() => undefined);
+  await waitFor('the member to handle all six and build its partition index', async () => {
+    const index = await observer.query(`SELECT 1 FROM pg_catalog.pg_index i WHERE i.indexrelid = pg_catalog.to_regclass('tidemark.events_partition_2') AND i.indisvalid`);
+    return groupSeen.length === 6 && index.rowCount === 1;
+  });
+  groupStop.abort(new Error('done'));
+  await assert.rejects(member, { message: 'done' });
+  assert.deepEqual(groupSeen.sort((a, b) => (a < b ? -1 : 1)), [1n, 2n, 3n, 4n, 5n, 6n]);
+  assert.equal(await hits(), 0, 'group member');
+
   // The relay, status and retention.
   const sink = new MemorySink();
   const relay = new Relay(pool, sink, { consumer: 'relay', streams: ['s'], listen: false, pollIntervalMs: 20 });

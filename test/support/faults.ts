@@ -4,7 +4,7 @@
  * cursor, the NDJSON a CLI tail prints, and stopping child processes.
  * Timings recorded here are reported, never pass/fail criteria.
  */
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
 import type pg from 'pg';
@@ -266,4 +266,27 @@ export function describeRetries(events: readonly { at: number; event: { type: st
 /** Milliseconds with one decimal, for diagnostics. */
 export function ms(value: number | undefined): string {
   return value === undefined ? 'n/a' : `${value.toFixed(1)} ms`;
+}
+
+/** A fixture process (test/faults/fixtures), run through tsx. */
+export interface FixtureProcess {
+  child: ChildProcess;
+  /** Its stdout, line by line, as they come. */
+  lines: string[];
+  stderr: () => string;
+}
+
+/** Starts `fixture` (a path) with `args`; its stdout lines are collected; stdin is a pipe when `stdin` is set. */
+export function startFixture(fixture: string, args: string[], options: { stdin?: boolean } = {}): FixtureProcess {
+  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), fixture, ...args], { stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  let rest = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    const parts = (rest + d.toString()).split('\n');
+    rest = parts.pop()!;
+    lines.push(...parts);
+  });
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return { child, lines, stderr: () => stderr };
 }

@@ -38,7 +38,83 @@ const PAGE = 'sql/migrations/0006_sql_consumer.sql';
 /** Dead letters (version 13). */
 const DEAD = 'sql/migrations/0013_dead_letters.sql';
 
+/** Consumer groups in SQL (version 15). */
+const GROUPS = 'sql/migrations/0015_groups.sql';
+
 const MUTANTS: Mutant[] = [
+  {
+    id: 'group-fence-off',
+    what: 'advance_partition commits a page whose member\'s lease ended',
+    file: GROUPS,
+    find: '                    AND m.lease_expires_at > pg_catalog.clock_timestamp());',
+    replace: '                    );',
+    tests: ['consumer/groups-sql'],
+  },
+  {
+    id: 'group-claim-from-live',
+    what: 'a beat takes its partitions from a holder whose lease is still live',
+    file: GROUPS,
+    find: '             AND (x.holder IS NULL OR x.holder <> ALL (v_members))\n',
+    replace: '\n',
+    tests: ['consumer/groups-sql'],
+  },
+  {
+    id: 'group-page-unlocked',
+    what: 'a partition\'s page does not hold its cursor row: a beat moves the partition under an open page',
+    file: GROUPS,
+    find: '     FOR NO KEY UPDATE OF pc;',
+    replace: '     ;',
+    tests: ['consumer/groups-sql'],
+  },
+  {
+    id: 'group-no-idle-timeout',
+    what: 'a page leaves the session\'s idle timeout alone: a member paused with a page open keeps its partition',
+    file: GROUPS,
+    find: "  PERFORM pg_catalog.set_config('idle_in_transaction_session_timeout', v_ttl_ms::text, true);",
+    replace: '',
+    tests: ['consumer/groups-sql'],
+  },
+  {
+    id: 'group-index-check-on-caller-path',
+    what: 'the member checks for its partition index with an operator resolved on its own search_path',
+    file: 'src/consumer/group.ts',
+    find: 'indexState: `${s}.partition_index_state($1)`,',
+    replace:
+      "indexState: `(SELECT ${s}.partition_index_ddl($1) AS ddl, pg_catalog.to_regclass('${schema}.events_partition_' || $1) IS NOT NULL AS present, true AS valid)`,",
+    tests: ['schema/hostile-schema'],
+  },
+  {
+    id: 'group-quiet-partition-stays',
+    what: 'an empty page of a partition leaves its cursor where it is: retention past the other partitions asks it to resync',
+    file: GROUPS,
+    find: '       AND pc.updated_at < pg_catalog.now() - interval \'10 seconds\';',
+    replace: '       AND false;',
+    tests: ['consumer/groups-sql'],
+  },
+  {
+    id: 'group-loops-after-stop',
+    what: 'a member stopped while its beat waits starts partition loops when the beat returns',
+    file: 'src/consumer/stream-client.ts',
+    find: '        // Stopped while the beat ran: start nothing.\n        stop.signal.throwIfAborted();\n',
+    replace: '',
+    tests: ['consumer/groups.test'],
+  },
+  {
+    id: 'group-backoff-holds-slot',
+    what: 'a failing event\'s back-off is waited holding the page slot and its connection',
+    file: 'src/consumer/stream-client.ts',
+    find: 'const page = await this.deliver(hold, handler, o.batchSize, signal, wake, beforeCommit, undefined, policy, tries, sql, true);',
+    replace: 'const page = await this.deliver(hold, handler, o.batchSize, signal, wake, beforeCommit, undefined, policy, tries, sql, false);',
+    tests: ['consumer/groups.test'],
+  },
+  {
+    id: 'group-partition-unfiltered',
+    what: 'a partition\'s page reads every event of the stream, not its partition\'s',
+    file: GROUPS,
+    find: "      WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4\n      ORDER BY e.seq LIMIT $5'",
+    replace: "      WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND (%s = $4 OR true)\n      ORDER BY e.seq LIMIT $5'",
+    tests: ['consumer/groups-sql'],
+  },
   {
     id: 'tick-step-ignores-tokens',
     what: 'a step that spends the last whole token plans the fast cadence, and the next turn only finds it may not step',

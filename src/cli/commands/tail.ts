@@ -1,6 +1,7 @@
 import { fstatSync, statSync } from 'node:fs';
 import { StreamClient } from '../../consumer/stream-client.js';
-import type { StreamEvent } from '../../consumer/events.js';
+import type { HandlerContext, StreamEvent } from '../../consumer/events.js';
+import type { PageInfo } from '../../consumer/stream-client.js';
 import { HandlerError, ResyncRequiredError } from '../../errors.js';
 import { explain } from '../explain.js';
 import { nameOption } from '../../options.js';
@@ -23,6 +24,12 @@ export interface TailCommandOptions extends GlobalOptions {
   batch: string;
   poll: string;
   from?: string;
+  partitions?: string;
+  member?: string;
+  concurrency?: string;
+  lease?: string;
+  /** false with --no-partition-index */
+  partitionIndex?: boolean;
 }
 
 /**
@@ -47,6 +54,33 @@ function tsvField(value: string): string {
 }
 
 const TSV_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
+
+/** `--partitions N` and its companions, validated; undefined without `--partitions`. */
+function groupOptions(options: TailCommandOptions): { partitions: number; member?: string; concurrency?: number; leaseTtlMs?: number; partitionIndex: boolean } | undefined {
+  if (options.partitions === undefined) {
+    for (const flag of ['member', 'concurrency', 'lease'] as const) {
+      if (options[flag] !== undefined) throw new CliError(`--${flag}: only with --partitions (a group member)`);
+    }
+    if (options.partitionIndex === false) throw new CliError('--no-partition-index: only with --partitions (a group member)');
+    return undefined;
+  }
+  const partitions = positiveInt(options.partitions, '--partitions');
+  if (partitions > 1024) throw new CliError(`--partitions: expected at most 1024, got ${options.partitions}`);
+  if (options.member !== undefined) {
+    try {
+      nameOption(options.member, 'member');
+    } catch (err) {
+      throw new CliError(`--${(err as Error).message}`);
+    }
+  }
+  return {
+    partitions,
+    ...(options.member !== undefined && { member: options.member }),
+    ...(options.concurrency !== undefined && { concurrency: positiveInt(options.concurrency, '--concurrency') }),
+    ...(options.lease !== undefined && { leaseTtlMs: parseDuration(options.lease, '--lease') }),
+    partitionIndex: options.partitionIndex !== false,
+  };
+}
 
 /** Exit code of a resync: the consumer must bootstrap. */
 export const RESYNC_EXIT = 3;
@@ -74,6 +108,10 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     }
   }
   const from = options.from === undefined ? undefined : cursorTarget(options.from, '--from');
+  const group = groupOptions(options);
+  if (group && (options.once || options.bootstrap || from !== undefined)) {
+    throw new CliError(`--partitions: a group member follows its partitions; ${options.once ? '--once' : options.bootstrap ? '--bootstrap' : '--from'} is for a consumer's own cursor`);
+  }
   if (from !== undefined && options.bootstrap) {
     throw new CliError('--from: sets where a new consumer starts; --bootstrap moves this one to the present: give one of them');
   }
@@ -84,7 +122,9 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     const skip = `tidemark cursor set --consumer ${shellWord(options.consumer)} --stream ${shellWord(options.stream)} --to now${schema}`;
     throw new CliError(`stdout is /dev/null or closed: tail would advance the cursor past lines nobody can read; to skip to the present, run: ${skip}`);
   }
-  const db = await openDatabase(options, 3);
+  // A group member: a connection per concurrent page, the listener's, the
+  // beats' and one for the partition index's build.
+  const db = await openDatabase(options, group ? (group.concurrency ?? 4) + 3 : 3);
   const retries = new RetryLines((line) => console.error(`tidemark: tail: ${line}`));
   const client = configured(
     () =>
@@ -98,6 +138,12 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
             retries.succeeded();
           }
           if (event.type === 'retry') retries.failed(explain(event.error, { url: db.url }).message, event.attempt);
+          if (event.type === 'group:assignment') {
+            console.error(`tidemark: tail: member ${event.member} holds ${event.partitions.length === 0 ? 'no partition' : `partitions ${event.partitions.join(',')}`} of ${group!.partitions}`);
+          }
+          if (event.type === 'group:index') {
+            console.error(`tidemark: tail: the partition index was not created (${explain(event.error, { url: db.url }).message}); pages read past other partitions' events: run "SELECT ${options.schema}.partition_index_ddl(${group!.partitions})" as the table's owner and execute its statement`);
+          }
         },
       }),
   );
@@ -117,15 +163,23 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
     let delivered = 0;
     // A page's lines are written together once its handlers ran, and the
     // page commits only after stdout accepted them all (beforeCommit).
-    const handler = (event: StreamEvent) => {
+    const handler = (event: StreamEvent, _tx: unknown, context: HandlerContext) => {
       // A page whose lines stdout accepted but whose COMMIT was lost is
       // delivered again after the retry: its lines are out already.
-      if (out.acceptedThrough !== undefined && event.seq <= out.acceptedThrough) return;
-      out.push(`${render(event, options.json ?? false)}\n`, event.seq);
+      const part = context.partition ?? -1;
+      const accepted = out.acceptedThrough(part);
+      if (accepted !== undefined && event.seq <= accepted) return;
+      out.push(`${render(event, options.json ?? false)}\n`, event.seq, part);
       delivered += 1;
       if (limit !== undefined && delivered >= limit) stop.abort(new Error('limit reached'));
     };
-    const tailOptions = { signal: stop.signal, beforeCommit: () => out.flush() };
+    const tailOptions = { signal: stop.signal, beforeCommit: (page: PageInfo) => out.flush(page.partition ?? -1) };
+    if (group) {
+      await client.tailGroup(options.consumer, options.stream, handler, { ...tailOptions, ...group }).catch((err: unknown) => {
+        if (!stop.signal.aborted) throw err;
+      });
+      return 0;
+    }
     if (options.once) {
       const result = await client.drain(options.consumer, options.stream, handler, { ...tailOptions, maxEvents: limit });
       console.error(`tidemark: delivered ${result.delivered}; cursor ${result.cursor}, safe_seq ${result.safeSeq}`);
@@ -169,14 +223,11 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
  * then written in one write whose callback says whether the stream
  * accepted them (into the pipe or file: a reader that is slow holds the
  * next page back). After a failure (EPIPE, ENOSPC, EBADF), every later
- * flush fails with the same error.
+ * flush fails with the same error. A group member's partitions page at
+ * once: each keeps its own page (`part`; -1 for a consumer's own cursor).
  */
 class PageOutput {
-  private lines: string[] = [];
-  /** Seq of the last line pushed (of the page being collected). */
-  private last: bigint | undefined;
-  /** Seq of the last line stdout accepted. */
-  acceptedThrough: bigint | undefined;
+  private readonly pages = new Map<number, { lines: string[]; last: bigint | undefined; accepted: bigint | undefined }>();
   private error: Error | undefined;
   private readonly onError = (err: Error) => void (this.error ??= err);
 
@@ -184,23 +235,36 @@ class PageOutput {
     stream.on('error', this.onError); // reported through the write callback; unhandled it would crash
   }
 
+  private page(part: number) {
+    let page = this.pages.get(part);
+    if (!page) this.pages.set(part, (page = { lines: [], last: undefined, accepted: undefined }));
+    return page;
+  }
+
+  /** Seq of the last line of `part` that stdout accepted. */
+  acceptedThrough(part = -1): bigint | undefined {
+    return this.pages.get(part)?.accepted;
+  }
+
   /** Adds a line of the page being collected; a seq at or below the last one means the page is being delivered again (it failed before its flush): start it over. */
-  push(line: string, seq: bigint): void {
-    if (this.last !== undefined && seq <= this.last) this.lines = [];
-    this.lines.push(line);
-    this.last = seq;
+  push(line: string, seq: bigint, part = -1): void {
+    const page = this.page(part);
+    if (page.last !== undefined && seq <= page.last) page.lines = [];
+    page.lines.push(line);
+    page.last = seq;
   }
 
   /** Writes the page's lines; resolves once the stream accepted them, rejects with its error. */
-  flush(): Promise<void> {
-    const text = this.lines.join('');
+  flush(part = -1): Promise<void> {
+    const page = this.page(part);
+    const text = page.lines.join('');
     return new Promise<void>((resolve, reject) => {
       if (this.error) return reject(this.error);
       if (this.stream.destroyed || !this.stream.writable) return reject((this.error = closedStdout()));
       this.stream.write(text, (err) => {
         if (err || this.error) return reject((this.error ??= err ?? undefined));
-        this.lines = [];
-        this.acceptedThrough = this.last;
+        page.lines = [];
+        page.accepted = page.last;
         resolve();
       });
     });

@@ -1,0 +1,133 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { InvalidOptionsError } from '../errors.js';
+import { quoteIdent, sqlText } from '../db/queryable.js';
+import { booleanOption, integerOption, nameOption } from '../options.js';
+import { EVENT_COLUMNS, type PageSql } from './page.js';
+import type { TailOptions } from './stream-client.js';
+
+/** Options for {@link StreamClient.tailGroup}. */
+export interface GroupOptions extends TailOptions {
+  /**
+   * Partitions of the group, fixed when the group is created (its first
+   * member's beat). Every member must give the same count: a member with
+   * another is refused (the database's error, SQLSTATE TM007). Default 16.
+   */
+  partitions?: number;
+  /** This member's name, unique in the group. Default `<host>:<pid>:<random>`. */
+  member?: string;
+  /** Pages of this member's partitions that run at once (each on a pooled connection). Default 4. */
+  concurrency?: number;
+  /**
+   * The member's lease. It beats (renews and rebalances) every third of it;
+   * partitions of a member that stops beating move to the others once it
+   * ends, and a page must commit before the lease it began under ends.
+   * Default 10000.
+   */
+  leaseTtlMs?: number;
+  /**
+   * Create the group's partition index (`events_partition_<n>`) when it is
+   * missing, so that a page of a partition is one index range scan. It
+   * costs appends (README, Consumer groups). `false`: page without it
+   * unless it exists. Default true.
+   */
+  partitionIndex?: boolean;
+}
+
+export interface ResolvedGroupOptions {
+  partitions: number;
+  member: string;
+  concurrency: number;
+  leaseTtlMs: number;
+  partitionIndex: boolean;
+}
+
+export const GROUP_OPTION_NAMES = { partitions: true, member: true, concurrency: true, leaseTtlMs: true, partitionIndex: true } as const;
+
+export function resolveGroupOptions(options: GroupOptions): ResolvedGroupOptions {
+  const member = options.member ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  nameOption(member, 'member');
+  return {
+    partitions: integerOption(options, 'partitions', 16, 1, 1024),
+    member,
+    concurrency: integerOption(options, 'concurrency', 4, 1, 256),
+    leaseTtlMs: integerOption(options, 'leaseTtlMs', 10_000, 100, 3_600_000),
+    partitionIndex: booleanOption(options, 'partitionIndex', true),
+  };
+}
+
+/** The group's statements in SQL (migration 0015). */
+export function groupSql(schema: string) {
+  const s = quoteIdent(schema);
+  return {
+    beat: `SELECT partition FROM ${s}.group_beat($1, $2, $3, $4, $5)`,
+    leave: `SELECT ${s}.leave_group($1, $2, $3) AS released`,
+    /** A FROM item: the index's statement, and whether it exists and is valid ($1 partitions). */
+    indexState: `${s}.partition_index_state($1)`,
+  };
+}
+
+/**
+ * A page of one partition, as a member runs it: the same two messages as a
+ * consumer's own page (PROTOCOL §6, §6.4), with read_partition_page,
+ * partition_page_info and advance_partition.
+ */
+export function partitionPageSql(base: PageSql, schema: string, consumer: string, stream: string, partition: number, member: string): PageSql {
+  const s = quoteIdent(schema);
+  const names = `${sqlText(consumer)}, ${sqlText(stream)}, ${Math.trunc(partition)}`;
+  const read = (_c: string, _s: string, limit: number) =>
+    `SELECT ${EVENT_COLUMNS('p')} FROM ${s}.read_partition_page(${names}, ${sqlText(member)}, ${Math.trunc(limit)}) p; SELECT * FROM ${s}.partition_page_info(${names})`;
+  const refuse = () => {
+    throw new InvalidOptionsError('partition', 'a partition page reads no events ahead');
+  };
+  return {
+    ...base,
+    open: (c, st, limit, lockTimeoutMs) => `${base.begin(lockTimeoutMs)}; ${read(c, st, limit)}`,
+    openAhead: refuse,
+    read,
+    commit: (_c, _s, seq) => (seq === undefined ? 'COMMIT' : `SELECT ${s}.advance_partition(${names}, ${sqlText(member)}, ${seq.toString()}); COMMIT`),
+    // The partition's cursor and the stream's horizon when the horizon is
+    // above it ($1 consumer, $2 stream, as for a consumer's own).
+    noteResync: `SELECT pc.seq::text AS cursor, h.pruned_through_seq::text AS pruned_through
+  FROM ${s}.partition_cursors pc JOIN ${s}.horizons h ON h.stream = pc.stream
+ WHERE pc.consumer = $1 AND pc.stream = $2 AND pc.partition = ${Math.trunc(partition)} AND h.pruned_through_seq > pc.seq`,
+  };
+}
+
+/** A FIFO counting semaphore: at most `size` holders at once. */
+export class Semaphore {
+  private free: number;
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(size: number) {
+    this.free = size;
+  }
+
+  /** Resolves once a slot is this caller's; rejects with the abort reason (holding nothing). */
+  acquire(signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
+    if (this.free > 0) {
+      this.free -= 1;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve, reject) => {
+      const grant = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      const onAbort = () => {
+        const i = this.waiters.indexOf(grant);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(signal.reason);
+      };
+      this.waiters.push(grant);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  release(): void {
+    const next = this.waiters.shift();
+    if (next) next();
+    else this.free += 1;
+  }
+}
