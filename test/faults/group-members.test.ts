@@ -65,10 +65,10 @@ async function checkExactlyOnceInOrder(db: TestDb, seqs: bigint[]): Promise<{ se
 test('three members over 16 partitions: one is SIGKILLed mid-stream and another joins; every event once, each key in order, the dead member\'s partitions taken over', async (t) => {
   const db = await testDb(t);
   await db.observer.query(EFFECTS);
-  const seqs = await publishAll(db, 4000, 500);
+  const seqs = await publishAll(db, 2000, 500);
   const lease = '1000';
   const members: Record<string, FixtureProcess> = {};
-  for (const name of ['a', 'b', 'c']) members[name] = startMember(db, ['mailer', 's', '16', name, lease, '4']);
+  for (const name of ['a', 'b', 'c']) members[name] = startMember(db, ['mailer', 's', '16', name, lease, '3']);
   await waitFor('the three members to split the partitions', async () => {
     for (const m of Object.values(members)) if (!alive(m.child)) throw new Error(`a member exited:\n${m.stderr()}`);
     const held = ['a', 'b', 'c'].map((n) => assigned(members[n]!) ?? []);
@@ -80,7 +80,7 @@ test('three members over 16 partitions: one is SIGKILLed mid-stream and another 
   members.b!.child.kill('SIGKILL');
   await exited(members.b!.child);
   const killedAt = Date.now();
-  members.d = startMember(db, ['mailer', 's', '16', 'd', lease, '4']);
+  members.d = startMember(db, ['mailer', 's', '16', 'd', lease, '3']);
   await waitFor('every event handled', async () => {
     for (const n of ['a', 'c', 'd']) if (!alive(members[n]!.child)) throw new Error(`member ${n} exited:\n${members[n]!.stderr()}`);
     const r = await db.observer.query<{ n: string }>('SELECT count(*) AS n FROM public.group_effects');
