@@ -678,6 +678,47 @@ END
 $$;
 
 --
+-- Name: group_partitions(integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.group_partitions(p_cap integer DEFAULT 1000000) RETURNS TABLE(consumer text, stream text, partition integer, partitions integer, holder text, holder_live boolean, seq bigint, lag bigint, moves bigint, updated_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+  r record;
+  v_safe bigint;
+BEGIN
+  SELECT w.safe_seq INTO v_safe FROM "tidemark".watermark w;
+  FOR r IN
+    SELECT pc.consumer, pc.stream, pc.partition, g.partitions, pc.holder, pc.seq, pc.moves, pc.updated_at,
+           EXISTS (SELECT 1 FROM "tidemark".group_members m
+                    WHERE m.consumer = pc.consumer AND m.stream = pc.stream AND m.member = pc.holder
+                      AND m.lease_expires_at > pg_catalog.clock_timestamp()) AS live
+      FROM "tidemark".partition_cursors pc JOIN "tidemark".groups g ON g.consumer = pc.consumer AND g.stream = pc.stream
+     ORDER BY pc.consumer, pc.stream, pc.partition
+  LOOP
+    consumer := r.consumer;
+    stream := r.stream;
+    partition := r.partition;
+    partitions := r.partitions;
+    holder := r.holder;
+    holder_live := r.live;
+    seq := r.seq;
+    moves := r.moves;
+    updated_at := r.updated_at;
+    EXECUTE pg_catalog.format(
+      'SELECT count(*) FROM (SELECT 1 FROM "tidemark".events e
+        WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4 LIMIT $5) l', "tidemark".partition_expression('e.key', r.partitions))
+      INTO lag
+      USING r.stream, r.seq, v_safe, r.partition::pg_catalog.int8, p_cap;
+    RETURN NEXT;
+  END LOOP;
+END
+$_$;
+
+--
 -- Name: group_partitions_fixed(); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 

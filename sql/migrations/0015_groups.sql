@@ -568,6 +568,48 @@ BEGIN
 END
 $$;
 
+-- The partitions of every group this role may see, for `tidemark status`:
+-- holder (and whether its lease is live), cursor, the partition's events
+-- above it up to safe_seq (counted up to p_cap, through the partition
+-- index when it exists), and how often it changed hands.
+CREATE FUNCTION {{schema}}.group_partitions(p_cap integer DEFAULT 1000000)
+RETURNS TABLE (consumer text, stream text, partition integer, partitions integer, holder text, holder_live boolean, seq bigint, lag bigint, moves bigint, updated_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+  r record;
+  v_safe bigint;
+BEGIN
+  SELECT w.safe_seq INTO v_safe FROM {{schema}}.watermark w;
+  FOR r IN
+    SELECT pc.consumer, pc.stream, pc.partition, g.partitions, pc.holder, pc.seq, pc.moves, pc.updated_at,
+           EXISTS (SELECT 1 FROM {{schema}}.group_members m
+                    WHERE m.consumer = pc.consumer AND m.stream = pc.stream AND m.member = pc.holder
+                      AND m.lease_expires_at > pg_catalog.clock_timestamp()) AS live
+      FROM {{schema}}.partition_cursors pc JOIN {{schema}}.groups g ON g.consumer = pc.consumer AND g.stream = pc.stream
+     ORDER BY pc.consumer, pc.stream, pc.partition
+  LOOP
+    consumer := r.consumer;
+    stream := r.stream;
+    partition := r.partition;
+    partitions := r.partitions;
+    holder := r.holder;
+    holder_live := r.live;
+    seq := r.seq;
+    moves := r.moves;
+    updated_at := r.updated_at;
+    EXECUTE pg_catalog.format(
+      'SELECT count(*) FROM (SELECT 1 FROM {{schema}}.events e
+        WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4 LIMIT $5) l', {{schema}}.partition_expression('e.key', r.partitions))
+      INTO lag
+      USING r.stream, r.seq, v_safe, r.partition::pg_catalog.int8, p_cap;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+
 -- The fence again at COMMIT (a deferred constraint trigger): a page whose
 -- member paused between advance_partition and COMMIT past the lease the
 -- page began under does not commit either.

@@ -37,7 +37,7 @@ export interface TidemarkStatus {
    * empty.
    */
   streamsVisible: boolean;
-  /** False when this role may not read cursors (a writer role): `consumers` is then empty. */
+  /** False when this role may not read cursors (a writer role): `consumers` and `groups` are then empty. */
   consumersVisible: boolean;
   /** Per stream: events present (0 when `streamCounts` is false), greatest seq present, and the retention horizon. */
   streams: { stream: string; events: bigint; maxSeq: bigint | null; prunedThroughSeq: bigint }[];
@@ -50,6 +50,19 @@ export interface TidemarkStatus {
     updatedAt: Date;
     resyncCount: number;
     lastResyncAt: Date | null;
+  }[];
+  /** Per partition of each consumer group: its holder (and whether the holder's lease is live), cursor, pending events below safe_seq (counted up to 1,000,000), and how often it changed hands. */
+  groups: {
+    consumer: string;
+    stream: string;
+    partition: number;
+    partitions: number;
+    holder: string | null;
+    holderLive: boolean;
+    seq: bigint;
+    lagEvents: number;
+    moves: number;
+    updatedAt: Date;
   }[];
 }
 
@@ -100,7 +113,7 @@ async function ifVisible<R>(db: Queryable, text: string, values?: unknown[]): Pr
 
 /**
  * Reads the watermark, lease, blocking writers, streams, horizons and
- * cursors of `schema` (four statements; the figures are not from one
+ * cursors (and group partitions) of `schema` (five statements; the figures are not from one
  * snapshot). Throws {@link InvalidOptionsError} for an option it does not know.
  * What the role may not read is left out and flagged (`streamsVisible`,
  * `consumersVisible`, `blockingWritersVisible`): its statement fails, so
@@ -153,6 +166,12 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
        FROM ${s}.cursors c ORDER BY c.consumer, c.stream`,
     [head.safe_seq],
   );
+  const groups = consumers.visible
+    ? await ifVisible<{ consumer: string; stream: string; partition: number; partitions: number; holder: string | null; holder_live: boolean; seq: string; lag: string; moves: string; updated_at: Date }>(
+        db,
+        `SELECT consumer, stream, partition, partitions, holder, holder_live, seq::text, lag::text, moves::text, updated_at FROM ${s}.group_partitions()`,
+      )
+    : { rows: [], visible: false };
   return {
     schema,
     safeSeq,
@@ -186,6 +205,18 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
       updatedAt: r.updated_at,
       resyncCount: r.resync_count,
       lastResyncAt: r.last_resync_at,
+    })),
+    groups: groups.rows.map((r) => ({
+      consumer: r.consumer,
+      stream: r.stream,
+      partition: r.partition,
+      partitions: r.partitions,
+      holder: r.holder,
+      holderLive: r.holder_live,
+      seq: BigInt(r.seq),
+      lagEvents: Number(r.lag),
+      moves: Number(r.moves),
+      updatedAt: r.updated_at,
     })),
   };
 }

@@ -29,6 +29,16 @@ test('two tail --partitions members share a stream: every event on exactly one s
   await members[1]!.stderr.next(/member two holds partitions \d/);
   const lines = () => members.flatMap((m) => m.out().split('\n').filter(Boolean).map((l) => ({ member: m.name, event: JSON.parse(l) as { seq: string; key: string; payload: { i: number } } })));
   await waitFor('every event on stdout', async () => lines().length >= 200);
+  // status shows each partition's holder, cursor and lag.
+  const status = await cli(['status', '--json'], { env });
+  assert.equal(status.code, 0, status.stderr);
+  const groups = (JSON.parse(status.stdout) as { groups: { consumer: string; partition: number; partitions: number; holder: string; holderLive: boolean; lagEvents: string; seq: string }[] }).groups;
+  assert.deepEqual(groups.map((g) => [g.consumer, g.partition, g.partitions, g.holderLive, g.lagEvents]), [0, 1, 2, 3].map((p) => ['mailer', p, 4, true, '0']));
+  assert.deepEqual(new Set(groups.map((g) => g.holder)), new Set(['one', 'two']));
+  assert.equal(typeof groups[0]!.seq, 'string');
+  const text = await cli(['status'], { env });
+  assert.match(text.stdout, /^group\s+stream\s+partition\s+holder\s+cursor\s+lag\s+moves\s+updated$/m);
+  assert.match(text.stdout, /^mailer\s+s\s+0\/4\s+(one|two)\s+\d+\s+0\s/m);
 
   const all = lines();
   assert.deepEqual(all.map((l) => Number(l.event.seq)).sort((a, b) => a - b), Array.from({ length: 200 }, (_, i) => i + 1), 'each event on exactly one stdout');

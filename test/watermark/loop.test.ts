@@ -219,6 +219,9 @@ async function tick(client: pg.Client, options: { start?: string; set?: string; 
     ${lead}
     ${options.set ?? ''}
     r := tidemark.watermarker_tick(r);
+    -- When the turn had returned (the shell notes it after its COMMIT): with
+    -- tick_at, the turn's start, a bound of how long it took.
+    r.committed_at := clock_timestamp();
     INSERT INTO tick_out VALUES (r);
   END $$`);
   const r = (
@@ -313,7 +316,14 @@ test('a step that spends the last whole token plans the sleep until the next one
   const db = await testDb(t);
   const c = await plainClient(db);
   const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-  const planned = async () => (await c.query('SELECT (r).sleep_s AS sleep_s, (r).tokens AS tokens FROM tick_out')).rows[0] as { sleep_s: number | null; tokens: number };
+  // The sleep the turn planned, its tokens, and how long it took (from its start to its return: an upper
+  // bound of the part of the wait it spent before planning the rest, since the wait counts from its start).
+  const planned = async () =>
+    (await c.query('SELECT (r).sleep_s AS sleep_s, (r).tokens AS tokens, extract(epoch FROM (r).committed_at - (r).tick_at)::float8 AS took FROM tick_out')).rows[0] as {
+      sleep_s: number | null;
+      tokens: number;
+      took: number;
+    };
   // One turn that steps, at `rate` steps a second.
   const step = async (set: string, rate = '100') => {
     await insertEvent(await db.session(`writer ${set.length} ${rate}`));
@@ -324,15 +334,18 @@ test('a step that spends the last whole token plans the sleep until the next one
   // Tokens to spare after the step: the fast cadence (p_poll_min_ms, 1 ms).
   const spare = await step('r.tokens := 5;');
   assert.ok(spare.tokens >= 4 && spare.sleep_s !== null && spare.sleep_s <= 0.001, JSON.stringify(spare));
-  // The last whole token spent: sleep until the next accrues (10 ms at 100 steps a second), not 1 ms.
+  // The last whole token spent: sleep until the next accrues (10 ms at 100 steps a second, less what
+  // the turn itself took), not 1 ms.
   const spent = await step('r.tokens := 1;');
   assert.ok(spent.tokens < 0.5, JSON.stringify(spent));
-  assert.ok(spent.sleep_s !== null && spent.sleep_s > 0.005 && spent.sleep_s <= 0.01, JSON.stringify(spent));
+  assert.ok(spent.sleep_s !== null && spent.sleep_s >= (1 - spent.tokens) * 0.01 - spent.took && spent.sleep_s <= 0.01, JSON.stringify(spent));
+  assert.ok(spent.took > 0.004 || spent.sleep_s > 0.005, `more than the fast cadence: ${JSON.stringify(spent)}`);
   // A look with half a token (an event waits, no step yet) plans the same wait: 5 ms, not 1.
   await insertEvent(await db.session('writer look'));
   assert.equal((await tick(c, { set: 'r.tick_at := clock_timestamp(); r.tokens := 0.5;' })).steps, 0);
   const look = await planned();
-  assert.ok(look.sleep_s !== null && look.sleep_s > 0.0025 && look.sleep_s <= 0.005, JSON.stringify(look));
+  assert.ok(look.sleep_s !== null && look.sleep_s >= (1 - look.tokens) * 0.01 - look.took && look.sleep_s <= 0.005, JSON.stringify(look));
+  assert.ok(look.took > 0.002 || look.sleep_s > 0.0025, `more than the fast cadence: ${JSON.stringify(look)}`);
   // Never past the lease renewal, nor the run's end (at 10 steps a second the token is 100 ms away).
   const renew = await step(`r.tokens := 1; r.renew_at := clock_timestamp() + interval '40 milliseconds';`, '10');
   assert.ok(renew.sleep_s === null || renew.sleep_s <= 0.04, JSON.stringify(renew));

@@ -48,6 +48,27 @@ function consumersTable(s: TidemarkStatus): string {
   );
 }
 
+/** The partitions of the consumer groups, when there are any. */
+function groupLines(s: TidemarkStatus): string[] {
+  if (s.groups.length === 0) return [];
+  return [
+    '',
+    table(
+      ['group', 'stream', 'partition', 'holder', 'cursor', 'lag', 'moves', 'updated'],
+      s.groups.map((g) => [
+        g.consumer,
+        g.stream,
+        `${g.partition}/${g.partitions}`,
+        g.holder === null ? '-' : g.holderLive ? g.holder : `${g.holder} (lease ended)`,
+        String(g.seq),
+        String(g.lagEvents),
+        String(g.moves),
+        g.updatedAt.toISOString(),
+      ]),
+    ),
+  ];
+}
+
 /** Renders a status as the readable report `tidemark status` prints. */
 export function renderStatus(s: TidemarkStatus): string {
   const lease = s.lease.owner ? `${s.lease.owner} (${s.lease.live ? `until ${s.lease.expiresAt!.toISOString()}` : 'expired'})` : 'none';
@@ -62,6 +83,7 @@ export function renderStatus(s: TidemarkStatus): string {
     streamsTable(s),
     '',
     consumersTable(s),
+    ...groupLines(s),
   ];
   return out.join('\n');
 }
@@ -69,13 +91,18 @@ export function renderStatus(s: TidemarkStatus): string {
 /**
  * The shape of `status --json` (README, "Command line"): every seq and
  * every count of events (`safeSeq`, `maxSeq`, `lagEvents`, a stream's
- * `events`, a cursor's `seq` and `lagEvents`, `pendingSeq`) is a decimal
+ * `events`, a cursor's or a group partition's `seq` and `lagEvents`,
+ * `pendingSeq`) is a decimal
  * string, since seqs are bigints and may pass 2^53; durations and ages
  * (`lagSeconds`, `ageSeconds`) and small counts (`resyncCount`, `pid`) are
  * numbers; times are ISO 8601 strings.
  */
 export function statusJson(s: TidemarkStatus): string {
-  return json({ ...s, consumers: s.consumers.map((c) => ({ ...c, lagEvents: BigInt(c.lagEvents) })) });
+  return json({
+    ...s,
+    consumers: s.consumers.map((c) => ({ ...c, lagEvents: BigInt(c.lagEvents) })),
+    groups: s.groups.map((g) => ({ ...g, lagEvents: BigInt(g.lagEvents) })),
+  });
 }
 
 /** `tidemark status [--json]`. */
