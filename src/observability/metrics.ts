@@ -72,6 +72,10 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
   const cursorSeq = new Gauge({ name: 'tidemark_consumer_cursor_seq', help: 'Cursor position.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const cursorLag = new Gauge({ name: 'tidemark_consumer_lag_events', help: 'Events at or below safe_seq not yet delivered.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
   const resyncs = new Gauge({ name: 'tidemark_consumer_resyncs', help: 'Resyncs recorded on the cursor.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
+  const groupLag = new Gauge({ name: 'tidemark_group_lag_events', help: 'Events at or below safe_seq a consumer group has not delivered, over its partitions.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
+  const groupMoves = new Gauge({ name: 'tidemark_group_partition_moves', help: 'Times the partitions of a consumer group changed hands (rebalances), since it was created.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
+  const groupUnheld = new Gauge({ name: 'tidemark_group_partitions_unheld', help: 'Partitions of a consumer group with no holder under a live lease.', labelNames: ['consumer', 'stream'], registers, collect: () => refresh() });
+  const partitionLag = new Gauge({ name: 'tidemark_group_partition_lag_events', help: 'Events at or below safe_seq of one partition of a consumer group not yet delivered.', labelNames: ['consumer', 'stream', 'partition'], registers, collect: () => refresh() });
   const up = new Gauge({ name: 'tidemark_database_up', help: '1 when the last scrape could read the database.', registers, collect: () => refresh() });
   // A role that may not read a part (streams, cursors, the blocking
   // writers) gets no series of it: this says so, rather than leaving alerts
@@ -190,6 +194,14 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
           cursorSeq.set(labels, Number(c.seq));
           cursorLag.set(labels, c.lagEvents);
           resyncs.set(labels, c.resyncCount);
+        }
+        for (const gauge of [groupLag, groupMoves, groupUnheld, partitionLag]) gauge.reset();
+        for (const g of status.groups) {
+          const labels = { consumer: g.consumer, stream: g.stream };
+          groupLag.inc(labels, g.lagEvents);
+          groupMoves.inc(labels, g.moves);
+          groupUnheld.inc(labels, g.holderLive ? 0 : 1);
+          partitionLag.set({ ...labels, partition: String(g.partition) }, g.lagEvents);
         }
         visible.set({ part: 'streams' }, status.streamsVisible ? 1 : 0);
         visible.set({ part: 'consumers' }, status.consumersVisible ? 1 : 0);

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, test } from 'node:test';
-import { InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
+import { createMetrics, InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
 import { closeAdmin, testDb, waitFor, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
@@ -91,6 +91,12 @@ test('three members share a stream by partition: every event once, each key in o
     last.set(row.key, row.seq);
   }
   assert.ok(new Set(rows.map((r) => r.member)).size === 3, 'all three members handled events');
+  // /metrics: the group's lag, moves and unheld partitions, and each partition's lag.
+  const metrics = await createMetrics({ pool, processMetrics: false }).registry.metrics();
+  assert.match(metrics, /^tidemark_group_lag_events\{consumer="mailer",stream="s"\} 0$/m);
+  assert.match(metrics, /^tidemark_group_partitions_unheld\{consumer="mailer",stream="s"\} 0$/m);
+  assert.match(metrics, /^tidemark_group_partition_moves\{consumer="mailer",stream="s"\} (1[1-9]|[2-9]\d)$/m, 'at least one move a partition, and some rebalanced');
+  assert.match(metrics, /^tidemark_group_partition_lag_events\{consumer="mailer",stream="s",partition="7"\} 0$/m);
   for (const m of ['a', 'c']) members.get(m)!.stop.abort(new Error('done'));
   await Promise.allSettled([...members.values()].map((m) => m.run));
   const cursors = await db.observer.query<{ partition: number; seq: string }>(`SELECT partition, seq FROM tidemark.partition_cursors WHERE consumer = 'mailer'`);
