@@ -890,6 +890,8 @@ DECLARE
   v_member text := "tidemark".checked_member(p_function, p_member);
   v_holder text;
   v_ttl_ms integer;
+  v_live integer;
+  v_index integer;
   v_page jsonb;
   v_pruned bigint;
 BEGIN
@@ -917,17 +919,17 @@ BEGIN
   -- next beat can give it up (a beat skips the row of an open page). Read
   -- before locking, so a member that is not the holder fails at once
   -- rather than waiting for the holder's page.
-  SELECT m.ttl_ms INTO v_ttl_ms FROM "tidemark".group_members m
-   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member = v_member
-     AND m.lease_expires_at > pg_catalog.clock_timestamp();
+  -- The live members (as group_beat counts them): how many, this one's
+  -- number among them by name, and its lease's TTL (NULL: not live).
+  SELECT pg_catalog.count(*)::integer,
+         (pg_catalog.count(*) FILTER (WHERE m.member COLLATE "C" < v_member COLLATE "C"))::integer,
+         pg_catalog.max(m.ttl_ms) FILTER (WHERE m.member = v_member)
+    INTO v_live, v_index, v_ttl_ms
+    FROM "tidemark".group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp();
   SELECT pc.holder INTO v_holder FROM "tidemark".partition_cursors pc
    WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition;
-  IF FOUND AND (v_holder IS DISTINCT FROM v_member OR v_ttl_ms IS NULL OR p_partition % NULLIF((
-        SELECT pg_catalog.count(*) FROM "tidemark".group_members m
-         WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp())::integer, 0)
-      <> (SELECT pg_catalog.count(*) FROM "tidemark".group_members m
-           WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp()
-             AND m.member COLLATE "C" < v_member COLLATE "C")::integer) THEN
+  IF FOUND AND (v_holder IS DISTINCT FROM v_member OR v_ttl_ms IS NULL OR p_partition % v_live <> v_index) THEN
     RAISE EXCEPTION 'tidemark: %: partition % of consumer % on stream % is not held by member % under a live lease, or is another member''s now', p_function, p_partition,
         pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), pg_catalog.quote_literal(v_member)
       USING ERRCODE = 'TM008',

@@ -386,3 +386,21 @@ test('a quiet partition\'s empty page moves its cursor to safe_seq (at most ever
   assert.deepEqual(await page(a, 'a', 0), []);
   assert.deepEqual(await page(a, 'a', 1), []);
 });
+
+test('a holder stops paging a partition that is another member\'s by the split now, so that its next beat can give it up (even paged back to back)', async (t) => {
+  const db = await testDb(t);
+  await publish(db, ['x', 'y', 'z']);
+  const a = await db.session('a');
+  const b = await db.session('b');
+  await a.query('CREATE TABLE effects (seq bigint PRIMARY KEY, key text NOT NULL, at bigint GENERATED ALWAYS AS IDENTITY)');
+  assert.deepEqual(await beat(a, 'a', 2), [0, 1]);
+  assert.deepEqual(await beat(b, 'b', 2), [], 'partition 1 is b\'s by the split, and a still holds it');
+  assert.deepEqual(await holders(db), { 0: 'a', 1: 'a' });
+  // a holds partition 1 but may not page it any more; partition 0 is still its own.
+  assert.equal(await failsWith(page(a, 'a', 1)), 'TM008');
+  await page(a, 'a', 0);
+  // With no page of a open on it, a's next beat gives it up, and b's takes it.
+  assert.deepEqual(await beat(a, 'a', 2), [0]);
+  assert.deepEqual(await beat(b, 'b', 2), [1]);
+  await page(b, 'b', 1);
+});

@@ -217,6 +217,27 @@ test('a writer role granted before schema version 10 may read the watermark afte
   assert.deepEqual(direct.rows, [{ grantee: role }], 'the role grant_writer named, not the roles that inherit from it');
 });
 
+test('a consumer role granted before schema version 15 may be a group member after the upgrade, of its own consumers only', async (t) => {
+  const db = await testDb(t);
+  const role = testRole(t, 'tm_old_consumer');
+  await db.observer.query('DROP SCHEMA tidemark CASCADE');
+  await db.observer.query('CREATE SCHEMA tidemark');
+  await db.observer.query(`CREATE TABLE tidemark.tidemark_migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const m of (await loadMigrations()).filter((m) => m.id <= 14)) {
+    await db.observer.query(m.sql);
+    await db.observer.query(`INSERT INTO tidemark.tidemark_migrations (id, name) VALUES ($1, $2)`, [m.id, m.name]);
+  }
+  await db.observer.query(`SELECT tidemark.grant_consumer($1, ARRAY['billing', 'audit'])`, [role]);
+
+  const { applied } = await migrate(db.pool({ max: 1 }));
+  assert.deepEqual(applied.map((m) => m.name).slice(0, 1), ['0015_groups.sql']);
+  const member = db.pool({ options: `-c role=${role}` });
+  for (const consumer of ['billing', 'audit']) {
+    assert.deepEqual((await member.query(`SELECT partition FROM tidemark.group_beat($1, 's', 2, 'm', 60000)`, [consumer])).rows, [{ partition: 0 }, { partition: 1 }]);
+  }
+  await assert.rejects(member.query(`SELECT * FROM tidemark.group_beat('other', 's', 2, 'm', 60000)`), { code: '42501' });
+});
+
 test('metrics read as a writer or consumer role say which parts of the status that role cannot see', async (t) => {
   const db = await testDb(t);
   const writer = await grantedRole(t, db, 'writer');

@@ -84,6 +84,14 @@ const MUTANTS: Mutant[] = [
     tests: ['schema/hostile-schema'],
   },
   {
+    id: 'group-page-ignores-split',
+    what: 'a member pages a partition it holds that is another member\'s by the split now: paged back to back, it is never given up',
+    file: GROUPS,
+    find: ' OR p_partition % v_live <> v_index) THEN',
+    replace: ') THEN',
+    tests: ['consumer/groups-sql'],
+  },
+  {
     id: 'group-quiet-partition-stays',
     what: 'an empty page of a partition leaves its cursor where it is: retention past the other partitions asks it to resync',
     file: GROUPS,
