@@ -234,3 +234,42 @@ test('partitionIndex: false pages without creating the group\'s index; by defaul
     assert.equal(await index(partitions), create ? 1 : 0);
   }
 });
+
+test('a member whose connections are all terminated (a restart, as its sessions see it) recovers by itself: every event once, each key in order', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query('CREATE TABLE effects (seq bigint PRIMARY KEY, key text NOT NULL, partition int NOT NULL, member text NOT NULL, at bigint GENERATED ALWAYS AS IDENTITY)');
+  const pool = db.pool({ max: 8, application_name: 'group-member' });
+  pool.on('error', () => undefined); // idle clients terminated below
+  const watermarker = new Watermarker(db.pool({ max: 2 }), { owner: 'test' });
+  db.defer(() => watermarker.close());
+  await append(db, watermarker, 200, 20);
+  const retries: ConsumerEvent[] = [];
+  const client = new StreamClient(pool, { batchSize: 5, pollIntervalMs: 50, retryMinMs: 10, retryMaxMs: 100, observer: (e) => void (e.type === 'retry' && retries.push(e)) });
+  db.defer(() => client.close());
+  const stop = new AbortController();
+  const run = client.tailGroup(
+    'g',
+    's',
+    async (event, tx, context) => {
+      await tx.query('INSERT INTO effects (seq, key, partition, member) VALUES ($1, $2, $3, $4)', [event.seq.toString(), event.key, context.partition, 'm']);
+    },
+    { partitions: 4, member: 'm', leaseTtlMs: 3000, signal: stop.signal },
+  );
+  run.catch(() => undefined);
+  await waitFor('some events handled', async () => (await effects(db)).length >= 20);
+  const killed = await db.observer.query(`SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name = 'group-member' AND datname = current_database()`);
+  assert.ok(killed.rowCount! > 0);
+  await append(db, watermarker, 100, 20, 200);
+  await waitFor('every event handled after the terminations', async () => (await effects(db)).length >= 300, 60_000);
+  assert.ok(retries.length > 0, 'the member saw its connections die and retried');
+  const rows = await effects(db);
+  const seqs = (await db.observer.query<{ seq: string }>('SELECT seq FROM tidemark.events ORDER BY seq')).rows.map((r) => BigInt(r.seq));
+  assert.deepEqual(rows.map((r) => r.seq).sort((x, y) => (x < y ? -1 : 1)), seqs, 'every event once');
+  const last = new Map<string, bigint>();
+  for (const row of rows) {
+    assert.ok((last.get(row.key) ?? 0n) < row.seq, `key ${row.key} in order`);
+    last.set(row.key, row.seq);
+  }
+  stop.abort(new Error('done'));
+  await assert.rejects(run, { message: 'done' });
+});
