@@ -437,6 +437,20 @@ BEGIN
     RAISE EXCEPTION 'tidemark: stream % has no event %', pg_catalog.quote_literal(NEW.stream), NEW.seq
       USING ERRCODE = 'TM005';
   END IF;
+  NEW.partition := NULL;
+  SELECT "tidemark".key_partition(NEW.key, g.partitions) INTO NEW.partition
+    FROM "tidemark".groups g
+   WHERE g.consumer = NEW.consumer AND g.stream = NEW.stream;
+  -- A group's dead letter is an event its partition's cursor has passed
+  -- (record_partition_dead_letter moves the cursor first): one above it
+  -- would be delivered by a page, then again by a replay.
+  IF NEW.partition IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM "tidemark".partition_cursors pc
+        WHERE pc.consumer = NEW.consumer AND pc.stream = NEW.stream AND pc.partition = NEW.partition AND pc.seq >= NEW.seq) THEN
+    RAISE EXCEPTION 'tidemark: event % of stream % is above the cursor of partition % of consumer %: a page delivers it, so it cannot be a dead letter', NEW.seq,
+        pg_catalog.quote_literal(NEW.stream), NEW.partition, pg_catalog.quote_literal(NEW.consumer)
+      USING ERRCODE = 'TM005';
+  END IF;
   RETURN NEW;
 END
 $$;
@@ -1160,6 +1174,33 @@ END
 $$;
 
 --
+-- Name: partition_replay(text, text, integer, text, bigint[]); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.partition_replay(p_consumer text, p_stream text, p_partition integer, p_member text, p_tried bigint[]) RETURNS TABLE(id bigint, attempts integer, seq bigint, kind text, key text, payload jsonb, headers jsonb, occurred_at timestamp with time zone)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v record;
+BEGIN
+  SELECT * INTO v FROM "tidemark".lock_partition('partition_replay', p_consumer, p_stream, p_partition, p_member);
+  UPDATE "tidemark".partition_cursors pc SET seq = pc.seq
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition;
+  RETURN QUERY
+    SELECT d.id, d.attempts, d.seq, d.kind, d.key, d.payload, d.headers, d.occurred_at
+      FROM "tidemark".dead_letters d
+     WHERE d.consumer = p_consumer AND d.stream = p_stream AND d.partition = p_partition
+       AND d.replay_requested_at IS NOT NULL AND d.seq <= v.cursor
+       AND d.id <> ALL (coalesce(p_tried, '{}'::pg_catalog.int8[]))
+     ORDER BY d.seq
+     LIMIT 1
+       FOR UPDATE OF d SKIP LOCKED;
+END
+$$;
+
+--
 -- Name: read_page(text, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -1314,6 +1355,81 @@ BEGIN
   RETURN v_id;
 END
 $$;
+
+--
+-- Name: record_partition_dead_letter(text, text, integer, text, bigint, integer, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.record_partition_dead_letter(p_consumer text, p_stream text, p_partition integer, p_member text, p_seq bigint, p_attempts integer, p_error text) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  v_page jsonb;
+  v_partitions integer;
+  v_before boolean;
+  v_id bigint;
+BEGIN
+  PERFORM "tidemark".checked_cursor_key('record_partition_dead_letter', p_consumer, p_stream);
+  PERFORM "tidemark".checked_member('record_partition_dead_letter', p_member);
+  IF p_partition IS NULL OR p_partition < 0 THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: partition must be 0 or more, got %', coalesce(p_partition::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_page := "tidemark".open_page("tidemark".partition_key(p_consumer, p_stream, p_partition));
+  IF v_page IS NULL THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: no page of partition % of consumer % on stream % was read in this transaction', p_partition,
+        pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM004',
+            HINT = 'Call read_partition_page first, in the same REPEATABLE READ transaction, then record_partition_dead_letter, then advance_partition.';
+  END IF;
+  IF p_seq IS NULL OR p_seq <= (v_page ->> 2)::bigint OR p_seq > (v_page ->> 1)::bigint THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: seq % is not an event of this page above the cursor (at %, the page reaches %)',
+        coalesce(p_seq::text, 'NULL'), v_page ->> 2, v_page ->> 1
+      USING ERRCODE = 'TM005';
+  END IF;
+  IF p_attempts IS NULL OR p_attempts < 1 OR p_error IS NULL THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: attempts must be at least 1 and the error given (got %, %)',
+        coalesce(p_attempts::text, 'NULL'), CASE WHEN p_error IS NULL THEN 'NULL' ELSE 'an error' END
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- The page was read, so the group exists (read_partition_page locked its
+  -- partition's row).
+  SELECT g.partitions INTO v_partitions FROM "tidemark".groups g
+   WHERE g.consumer = p_consumer AND g.stream = p_stream;
+  -- The event is this partition's, and its next one above the cursor (the
+  -- events before it applied and advanced past): one range scan of the
+  -- partition index when it exists.
+  IF NOT EXISTS (SELECT 1 FROM "tidemark".events e
+                  WHERE e.stream = p_stream AND e.seq = p_seq
+                    AND "tidemark".key_partition(e.key, v_partitions) = p_partition) THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: seq % is not an event of partition % of stream %', p_seq, p_partition, pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM005';
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT EXISTS (SELECT 1 FROM "tidemark".events e
+      WHERE e.stream = $1 AND e.seq > $2 AND e.seq < $3 AND %s = $4)', "tidemark".partition_expression('e.key', v_partitions))
+    INTO v_before
+    USING p_stream, (v_page ->> 2)::bigint, p_seq, p_partition::pg_catalog.int8;
+  IF v_before THEN
+    RAISE EXCEPTION 'tidemark: record_partition_dead_letter: seq % is not the next event of partition % above its cursor (at %): apply the events before it and advance past them first', p_seq, p_partition, v_page ->> 2
+      USING ERRCODE = 'TM005';
+  END IF;
+  -- The cursor's move first: the fence (refused, and the transaction with
+  -- it, unless p_member holds the partition under a live lease), and the
+  -- dead letter is then at the cursor, as the insert's trigger requires.
+  PERFORM "tidemark".advance_partition(p_consumer, p_stream, p_partition, p_member, p_seq);
+  INSERT INTO "tidemark".dead_letters AS d (consumer, stream, seq, kind, key, payload, headers, occurred_at, attempts, last_error)
+  SELECT p_consumer, p_stream, e.seq, e.kind, e.key, e.payload, e.headers, e.occurred_at, p_attempts, pg_catalog.left(p_error, 8192)
+    FROM "tidemark".events e
+   WHERE e.seq = p_seq AND e.stream = p_stream
+  ON CONFLICT (consumer, stream, seq) DO UPDATE
+     SET attempts = d.attempts + excluded.attempts, last_error = excluded.last_error,
+         dead_at = pg_catalog.now(), replay_requested_at = NULL
+  RETURNING d.id INTO v_id;
+  RETURN v_id;
+END
+$_$;
 
 --
 -- Name: refuse_event(text, bigint, bigint, text, text); Type: FUNCTION; Schema: tidemark; Owner: -
@@ -2237,8 +2353,10 @@ CREATE TABLE tidemark.dead_letters (
     last_error text NOT NULL,
     dead_at timestamp with time zone DEFAULT now() NOT NULL,
     replay_requested_at timestamp with time zone,
+    partition integer,
     CONSTRAINT dead_letters_attempts_check CHECK ((attempts >= 1)),
     CONSTRAINT dead_letters_consumer_check CHECK ((consumer <> ''::text)),
+    CONSTRAINT dead_letters_partition_check CHECK ((partition >= 0)),
     CONSTRAINT dead_letters_stream_check CHECK ((stream <> ''::text))
 );
 

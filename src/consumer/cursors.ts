@@ -32,8 +32,23 @@ export interface CursorInfo {
   lagSeconds: number;
   /** When the cursor last moved (its last commit). */
   updatedAt: Date;
-  /** The session paging it now, if any. */
+  /** The session paging it now, if any (a consumer's own cursor). */
   heldBy: CursorHolder | null;
+  /** A partition cursor of a consumer group (`tailGroup`, `tail --partitions`); null for a consumer's own cursor. */
+  group: PartitionCursor | null;
+}
+
+/** Which partition of its group a cursor is, and the member that holds it. */
+export interface PartitionCursor {
+  partition: number;
+  /** The group's partition count. */
+  partitions: number;
+  /** The member holding the partition (null: free to take). */
+  holder: string | null;
+  /** Whether the holder's lease is live; a holder whose lease ended is replaced at the next beat of a live member. */
+  holderLive: boolean;
+  /** How many times it changed hands. */
+  moves: bigint;
 }
 
 /** A session holding a cursor's lock. */
@@ -103,7 +118,11 @@ function holder(row: HolderRow | undefined): CursorHolder | null {
   return { pid: row.pid, applicationName: row.application_name, clientAddr: row.client_addr, xactStart: row.xact_start };
 }
 
-/** Every cursor of the schema, in (consumer, stream) order, with its lag and holder. */
+/**
+ * Every cursor of the schema with its lag and holder, in (consumer, stream)
+ * order: the consumers' own, and each partition's of the consumer groups
+ * (in partition order).
+ */
 export async function listCursors(db: Queryable, options: CursorAdminOptions = {}): Promise<CursorInfo[]> {
   const s = quoteIdent(schemaOf(options));
   const r = await db.query(
@@ -120,7 +139,7 @@ export async function listCursors(db: Queryable, options: CursorAdminOptions = {
        LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
       ORDER BY c.consumer, c.stream`,
   );
-  return (r.rows as (HolderRow & { consumer: string; stream: string; seq: string; updated_at: Date; lag: string; lag_seconds: number })[]).map((row) => ({
+  const own: CursorInfo[] = (r.rows as (HolderRow & { consumer: string; stream: string; seq: string; updated_at: Date; lag: string; lag_seconds: number })[]).map((row) => ({
     consumer: row.consumer,
     stream: row.stream,
     seq: BigInt(row.seq),
@@ -128,6 +147,39 @@ export async function listCursors(db: Queryable, options: CursorAdminOptions = {
     lagSeconds: Math.max(0, row.lag_seconds),
     updatedAt: row.updated_at,
     heldBy: row.pid === null ? null : holder(row),
+    group: null,
+  }));
+  return [...own, ...(await partitionCursors(db, s))].sort(
+    (a, b) => compare(a.consumer, b.consumer) || compare(a.stream, b.stream) || (a.group?.partition ?? -1) - (b.group?.partition ?? -1),
+  );
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** The groups' partition cursors (group_partitions, migration 0015), with the age of each one's oldest pending event. */
+async function partitionCursors(db: Queryable, s: string): Promise<CursorInfo[]> {
+  // The oldest pending event of a partition, when it has one: the first of
+  // the stream above its cursor whose key is the partition's.
+  const r = await db.query(
+    `WITH w AS (SELECT safe_seq FROM ${s}.watermark)
+     SELECT g.consumer, g.stream, g.partition, g.partitions, g.holder, g.holder_live, g.seq::text, g.lag::text, g.moves::text, g.updated_at,
+            CASE WHEN g.lag > 0 THEN (SELECT extract(epoch FROM pg_catalog.clock_timestamp() - e.occurred_at)::float8 FROM ${s}.events e
+              WHERE e.stream = g.stream AND e.seq > g.seq AND e.seq <= w.safe_seq AND ${s}.key_partition(e.key, g.partitions) = g.partition
+              ORDER BY e.seq LIMIT 1) ELSE 0 END AS lag_seconds
+       FROM ${s}.group_partitions() g LEFT JOIN w ON true`,
+  );
+  type Row = { consumer: string; stream: string; partition: number; partitions: number; holder: string | null; holder_live: boolean; seq: string; lag: string; moves: string; updated_at: Date; lag_seconds: number };
+  return (r.rows as Row[]).map((row) => ({
+    consumer: row.consumer,
+    stream: row.stream,
+    seq: BigInt(row.seq),
+    lagEvents: BigInt(row.lag),
+    lagSeconds: Math.max(0, row.lag_seconds),
+    updatedAt: row.updated_at,
+    heldBy: null,
+    group: { partition: row.partition, partitions: row.partitions, holder: row.holder, holderLive: row.holder_live, moves: BigInt(row.moves) },
   }));
 }
 
@@ -246,7 +298,9 @@ export async function deleteCursor(pool: pg.Pool, consumer: string, stream: stri
   return withCursorLock(pool, schema, consumer, stream, async (client) => {
     // The consumer starts again: its dead letters are events it delivers again.
     const r = await client.query<{ seq: string }>(
-      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2)
+      // Only a consumer's own (a group's name has no cursor: nothing of its goes).
+      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.partition IS NULL
+                        AND EXISTS (SELECT 1 FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2))
        DELETE FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 RETURNING seq::text`,
       [consumer, stream],
     );

@@ -19,6 +19,8 @@ export interface DeadLetter {
   id: bigint;
   consumer: string;
   stream: string;
+  /** The partition of the event in the consumer's group; null for a consumer's own cursor. */
+  partition: number | null;
   seq: bigint;
   kind: string;
   key: string;
@@ -68,13 +70,14 @@ interface Row extends EventRow {
   id: string;
   consumer: string;
   stream: string;
+  partition: number | null;
   attempts: number;
   last_error: string;
   dead_at: Date;
   replay_requested_at: Date | null;
 }
 
-const COLUMNS = `d.id::text AS id, d.consumer, d.stream, d.seq::text AS seq, d.kind, d.key, d.payload::pg_catalog.text AS payload,
+const COLUMNS = `d.id::text AS id, d.consumer, d.stream, d.partition, d.seq::text AS seq, d.kind, d.key, d.payload::pg_catalog.text AS payload,
   d.headers::pg_catalog.text AS headers, d.occurred_at, d.attempts, d.last_error, d.dead_at, d.replay_requested_at`;
 
 function deadLetter(r: Row): DeadLetter {
@@ -82,6 +85,7 @@ function deadLetter(r: Row): DeadLetter {
     id: BigInt(r.id),
     consumer: r.consumer,
     stream: r.stream,
+    partition: r.partition,
     seq: BigInt(r.seq),
     kind: r.kind,
     key: r.key,

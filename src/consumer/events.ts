@@ -88,9 +88,9 @@ export type ConsumerEvent =
   /** A handler failed on `seq` (`error`, the handler's) and the event is tried again alone after `delayMs`; `attempt` is that try's number. */
   | { type: 'handler:retry'; consumer: string; stream: string; seq: bigint; attempt: number; delayMs: number; error: unknown; partition?: number }
   /** The event failed its last try and was recorded as dead letter `id`, the cursor moved past it in the same transaction. */
-  | { type: 'dead-letter'; consumer: string; stream: string; seq: bigint; key: string | undefined; attempts: number; error: unknown; id: bigint }
+  | { type: 'dead-letter'; consumer: string; stream: string; seq: bigint; key: string | undefined; attempts: number; error: unknown; id: bigint; partition?: number }
   /** Dead letter `id` was replayed: its handler ran and it was deleted in that transaction (`error` undefined), or its handler failed again (it stays, one try more). */
-  | { type: 'dead-letter:replay'; consumer: string; stream: string; seq: bigint; id: bigint; error: unknown }
+  | { type: 'dead-letter:replay'; consumer: string; stream: string; seq: bigint; id: bigint; error: unknown; partition?: number }
   | { type: 'listener:listening' }
   | { type: 'listener:notification'; safeSeq: bigint }
   | { type: 'listener:error'; error: unknown; attempt: number; retryInMs: number }

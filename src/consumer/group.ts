@@ -85,6 +85,12 @@ export function partitionPageSql(base: PageSql, schema: string, consumer: string
     open: (c, st, limit, lockTimeoutMs) => `${base.begin(lockTimeoutMs)}; ${read(c, st, limit)}`,
     openAhead: refuse,
     read,
+    // A dead letter of the partition, and the partition's replays
+    // (migration 0016): the same parameters as a consumer's own.
+    recordDeadLetter: `SELECT ${s}.record_partition_dead_letter($1, $2, ${Math.trunc(partition)}, ${sqlText(member)}, $3, $4, $5)::text AS id`,
+    nextReplay: `SELECT r.id::text AS id, r.attempts, ${EVENT_COLUMNS('r')} FROM ${s}.partition_replay($1, $2, ${Math.trunc(partition)}, ${sqlText(member)}, $3::pg_catalog.int8[]) r`,
+    anyReplay: `SELECT 1 FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.partition = ${Math.trunc(partition)} AND d.replay_requested_at IS NOT NULL
+   AND d.seq <= (SELECT pc.seq FROM ${s}.partition_cursors pc WHERE pc.consumer = $1 AND pc.stream = $2 AND pc.partition = ${Math.trunc(partition)}) LIMIT 1`,
     commit: (_c, _s, seq) => (seq === undefined ? 'COMMIT' : `SELECT ${s}.advance_partition(${names}, ${sqlText(member)}, ${seq.toString()}); COMMIT`),
     // The partition's cursor and the stream's horizon when the horizon is
     // above it ($1 consumer, $2 stream, as for a consumer's own).

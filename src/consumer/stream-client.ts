@@ -241,15 +241,13 @@ export class StreamClient {
    * failure under the `stop` policy, a database error that is not
    * retryable, the abort reason), after this member's pages ended and it
    * left the group. A member whose count differs from the group's is
-   * refused (SQLSTATE TM007). The `dead-letter` policy is not available to
-   * groups yet.
+   * refused (SQLSTATE TM007). Under the `dead-letter` policy an event set
+   * aside is its partition's (`DeadLetter.partition`), and the member that
+   * holds the partition replays it.
    */
   async tailGroup(consumer: string, stream: string, handler: Handler, options: GroupOptions = {}): Promise<never> {
     checkCallOptions(options, { signal: true, beforeCommit: true, failures: true, ...GROUP_OPTION_NAMES } satisfies Record<keyof GroupOptions, true>, 'tailGroup');
     const policy = failurePolicy(options);
-    if (policy.onExhausted === 'dead-letter') {
-      throw new InvalidOptionsError('failures.onExhausted', "'dead-letter' is not available to a group member yet: use 'stop' (the default)");
-    }
     const group = resolveGroupOptions(options);
     return this.session(consumer, stream, handler, options.signal, (signal) => this.member(consumer, stream, handler, options.beforeCommit, policy, group, signal));
   }
@@ -382,6 +380,7 @@ export class StreamClient {
     const never = { onLost: () => () => undefined };
     let wake: WakeReason = 'start';
     let attempt = 0;
+    let replaysAt = -Infinity;
     while (!signal.aborted) {
       const generation = this.listener?.generation ?? 0;
       let safeSeq: bigint | undefined;
@@ -392,6 +391,12 @@ export class StreamClient {
           // the others, its next page queued behind theirs.
           const hold = await CursorHold.forPartition(this.pool, consumer, stream, p, signal, o.lockTimeoutMs + o.responseTimeoutMs);
           try {
+            // The partition's dead letters asked to be replayed: looked for
+            // at most every pollIntervalMs, as a tail does.
+            if (policy.onExhausted === 'dead-letter' && performance.now() - replaysAt >= o.pollIntervalMs) {
+              replaysAt = performance.now();
+              await this.replays(hold, handler, signal, sql);
+            }
             const page = await this.deliver(hold, handler, o.batchSize, signal, wake, beforeCommit, undefined, policy, tries, sql, true);
             safeSeq = page === undefined ? undefined : page.full ? -1n : page.safeSeq;
           } finally {
@@ -597,7 +602,7 @@ export class StreamClient {
           // onExhausted is 'dead-letter' (a 'stop' threw at the last try).
           // Undefined: the cursor is past the event already (a COMMIT whose
           // answer was lost, a cursor moved): nothing to set aside.
-          const page = await this.deadLetter(hold, tries, signal, wake);
+          const page = await this.deadLetter(hold, tries, signal, wake, sql);
           Object.assign(tries, noTries());
           if (page) return page;
           continue;
@@ -645,25 +650,30 @@ export class StreamClient {
    * cursor's move past it commit together. Reported as a page that
    * delivered nothing, and as a `dead-letter` event.
    */
-  private async deadLetter(hold: CursorHold, tries: Tries, signal: AbortSignal, wake: WakeReason) {
+  private async deadLetter(hold: CursorHold, tries: Tries, signal: AbortSignal, wake: WakeReason, sql: PageSql) {
     const failure = tries.last!;
     let id: bigint | undefined;
     const record: Handler = async (event, tx) => {
       // Another event above the cursor: the failing one is behind it.
       if (event.seq !== failure.seq) throw NOT_FAILING;
-      const r = await tx.query<{ id: string }>(this.sql.recordDeadLetter, [hold.consumer, hold.stream, event.seq.toString(), tries.attempts, errorText(failure.cause)]);
+      const r = await tx.query<{ id: string }>(sql.recordDeadLetter, [hold.consumer, hold.stream, event.seq.toString(), tries.attempts, errorText(failure.cause)]);
       id = BigInt(r.rows[0]!.id);
     };
     let page;
     try {
-      page = await this.page(hold, record, 1, signal, wake, undefined, undefined, false);
+      page = await this.page(hold, record, 1, signal, wake, undefined, undefined, false, sql);
     } catch (err) {
       if (err instanceof HandlerError && err.cause === NOT_FAILING) return undefined;
+      // The record statement's own refusal (a group's fence, TM008; a
+      // serialization failure): the database's error, as a page's would
+      // be, not the handler's.
+      if (err instanceof HandlerError && sqlState(err.cause) !== undefined) throw hold.contention(err.cause);
       throw err;
     }
-    this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: 0, cursor: page.cursor, safeSeq: page.safeSeq, wake });
+    const partition = hold.partition !== undefined ? { partition: hold.partition } : {};
+    this.emit({ type: 'page', consumer: hold.consumer, stream: hold.stream, delivered: 0, cursor: page.cursor, safeSeq: page.safeSeq, wake, ...partition });
     // Undefined: nothing above the cursor any more.
-    if (id !== undefined) this.emit({ type: 'dead-letter', consumer: hold.consumer, stream: hold.stream, seq: failure.seq, key: failure.key, attempts: tries.attempts, error: failure.cause, id });
+    if (id !== undefined) this.emit({ type: 'dead-letter', consumer: hold.consumer, stream: hold.stream, seq: failure.seq, key: failure.key, attempts: tries.attempts, error: failure.cause, id, ...partition });
     return { ...page, delivered: 0 };
   }
 
@@ -674,12 +684,14 @@ export class StreamClient {
    * rolled back to a savepoint and the row left dead with one try more and
    * its request cleared, in that transaction (a request made meanwhile
    * waits for the row, and stays). The tailer holds the cursor, so
-   * no other tailer of this consumer replays them meanwhile.
+   * no other tailer of this consumer replays them meanwhile; a group
+   * member replays those of one partition it holds, each transaction
+   * holding the partition as a page does (partition_replay).
    */
-  private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal): Promise<void> {
+  private async replays(hold: CursorHold, handler: Handler, signal: AbortSignal, sql: PageSql = this.sql): Promise<void> {
     // One statement when none is asked for, as is usual.
     try {
-      if ((await hold.query(this.sql.anyReplay, [hold.consumer, hold.stream])).rows.length === 0) return;
+      if ((await hold.query(sql.anyReplay, [hold.consumer, hold.stream])).rows.length === 0) return;
     } catch (err) {
       throw hold.translate(err);
     }
@@ -691,7 +703,7 @@ export class StreamClient {
       let row: (EventRow & { id: string; attempts: number }) | undefined;
       try {
         await hold.query(this.sql.begin(this.options.lockTimeoutMs));
-        row = (await hold.query<EventRow & { id: string; attempts: number }>(this.sql.nextReplay, [hold.consumer, hold.stream, tried])).rows[0];
+        row = (await hold.query<EventRow & { id: string; attempts: number }>(sql.nextReplay, [hold.consumer, hold.stream, tried])).rows[0];
         if (!row) {
           await hold.query('COMMIT');
           return;
@@ -705,9 +717,10 @@ export class StreamClient {
       }
       const id = BigInt(row.id);
       const event = eventOf(row, hold.stream);
+      const partition = hold.partition !== undefined ? { partition: hold.partition } : {};
       let live = true;
       try {
-        await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal });
+        await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal, ...partition });
       } catch (err) {
         live = false;
         const failure = new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
@@ -736,26 +749,26 @@ export class StreamClient {
           inTransaction = false;
         }
         try {
-          await hold.query(this.sql.replayFailed, [row.id, errorText(err)]);
+          await hold.query(sql.replayFailed, [row.id, errorText(err)]);
           if (inTransaction) await hold.query('COMMIT');
         } catch (noteErr) {
           const noted = hold.contention(noteErr);
           await hold.rollback();
           throw noted;
         }
-        this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: err });
+        this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: err, ...partition });
         continue;
       }
       live = false;
       try {
-        await hold.query(this.sql.replayed, [row.id]);
+        await hold.query(sql.replayed, [row.id]);
         await hold.query('COMMIT');
       } catch (err) {
         const failure = hold.contention(err);
         await hold.rollback();
         throw failure;
       }
-      this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: undefined });
+      this.emit({ type: 'dead-letter:replay', consumer: hold.consumer, stream: hold.stream, seq: event.seq, id, error: undefined, ...partition });
     }
   }
 

@@ -159,6 +159,8 @@ test('a partition\'s page is fenced: a member whose lease ended cannot commit it
   assert.deepEqual(read.rows.map((r) => BigInt(r.seq)), mine, 'the partition\'s events, in seq order, and only those');
   assert.ok(read.rows.every((r) => partitionOf(r.key, 4) === 0));
   await a.query('INSERT INTO effects (seq, key) SELECT * FROM unnest($1::bigint[], $2::text[])', [read.rows.map((x) => x.seq), read.rows.map((x) => x.key)]);
+  // Not ended by the server for idling past the TTL meanwhile (the page set that): the fence alone refuses it.
+  await a.query('SET LOCAL idle_in_transaction_session_timeout = 0');
   await waitFor('a\'s lease to end', async () => (await db.observer.query(`SELECT 1 FROM tidemark.group_members WHERE member = 'a' AND lease_expires_at < pg_catalog.clock_timestamp()`)).rowCount === 1);
 
   // b's beats go on while the page is open (nothing waits for its row),
@@ -185,6 +187,7 @@ test('a member paused between its advance and COMMIT past the lease its page beg
   await a.query(RR);
   await a.query(`INSERT INTO effects (seq, key) SELECT seq, key FROM tidemark.read_partition_page('g', 's', 0, 'a', 10)`);
   await a.query(`SELECT tidemark.advance_partition('g', 's', 0, 'a', $1)`, [seqs.at(-1)]);
+  await a.query('SET LOCAL idle_in_transaction_session_timeout = 0'); // the fence alone refuses it
   await waitFor('a\'s lease to end', async () => (await db.observer.query(`SELECT 1 FROM tidemark.group_members WHERE member = 'a' AND lease_expires_at < pg_catalog.clock_timestamp()`)).rowCount === 1);
   assert.equal(await failsWith(a.query('COMMIT')), 'TM008');
   assert.equal((await db.observer.query('SELECT 1 FROM effects')).rowCount, 0);

@@ -120,7 +120,7 @@ test('tailGroup validates its options before touching the database, and a member
     [{ member: '' }, 'member'],
     [{ partition: 3 }, 'partition'],
     [{ partitionIndex: 'yes' }, 'partitionIndex'],
-    [{ failures: { maxAttempts: 2, onExhausted: 'dead-letter' } }, 'failures.onExhausted'],
+    [{ failures: { maxAttempts: 2, onExhausted: 'dead-letter' }, beforeCommit: () => undefined }, 'failures.onExhausted'],
   ] as const) {
     await assert.rejects(client.tailGroup('g', 's', handler, options as never), (err: unknown) => err instanceof InvalidOptionsError && err.option === name, JSON.stringify(options));
   }

@@ -41,7 +41,58 @@ const DEAD = 'sql/migrations/0013_dead_letters.sql';
 /** Consumer groups in SQL (version 15). */
 const GROUPS = 'sql/migrations/0015_groups.sql';
 
+/** Dead letters of groups (version 16). */
+const GROUP_DEAD = 'sql/migrations/0016_group_dead_letters.sql';
+
 const MUTANTS: Mutant[] = [
+  {
+    id: 'group-dead-letter-unfenced',
+    what: 'a group\'s dead letter moves its partition\'s cursor without the fence: a member whose lease ended records it',
+    file: GROUP_DEAD,
+    find: '  PERFORM {{schema}}.advance_partition(p_consumer, p_stream, p_partition, p_member, p_seq);',
+    replace: `  UPDATE {{schema}}.partition_cursors pc SET seq = p_seq WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition;`,
+    tests: ['consumer/groups-dead-letters'],
+  },
+  {
+    id: 'group-dead-letter-above-cursor',
+    what: 'a group\'s dead letter may be filed above its partition\'s cursor, where a page delivers it and a replay delivers it again',
+    file: GROUP_DEAD,
+    find: 'AND pc.partition = NEW.partition AND pc.seq >= NEW.seq) THEN',
+    replace: 'AND pc.partition = NEW.partition) THEN',
+    tests: ['consumer/groups-dead-letters'],
+  },
+  {
+    id: 'group-dead-letter-skips',
+    what: 'a group\'s dead letter may be an event past its partition\'s next one, skipping the events between',
+    file: GROUP_DEAD,
+    find: '  IF v_before THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/groups-dead-letters'],
+  },
+  {
+    id: 'group-dead-letter-partition-given',
+    what: 'a dead letter\'s partition is taken from the insert rather than from its key',
+    file: GROUP_DEAD,
+    find: '  NEW.partition := NULL;\n',
+    replace: '  RETURN NEW;\n',
+    tests: ['consumer/groups-dead-letters'],
+  },
+  {
+    id: 'group-replay-any-member',
+    what: 'a group\'s dead letter is replayed by a member that does not hold its partition',
+    file: GROUP_DEAD,
+    find: `  SELECT * INTO v FROM {{schema}}.lock_partition('partition_replay', p_consumer, p_stream, p_partition, p_member);`,
+    replace: `  SELECT pc.seq AS cursor INTO v FROM {{schema}}.partition_cursors pc WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition;`,
+    tests: ['consumer/groups-dead-letters'],
+  },
+  {
+    id: 'group-replay-commit-unfenced',
+    what: 'a replay of a group\'s dead letter commits after its member\'s lease ended',
+    file: GROUP_DEAD,
+    find: '  UPDATE {{schema}}.partition_cursors pc SET seq = pc.seq\n',
+    replace: '  PERFORM 1 FROM {{schema}}.partition_cursors pc\n',
+    tests: ['consumer/groups-dead-letters'],
+  },
   {
     id: 'group-fence-off',
     what: 'advance_partition commits a page whose member\'s lease ended',
@@ -106,6 +157,14 @@ const MUTANTS: Mutant[] = [
     find: '        // Stopped while the beat ran: start nothing.\n        stop.signal.throwIfAborted();\n',
     replace: '',
     tests: ['consumer/groups.test'],
+  },
+  {
+    id: 'group-dead-letter-fence-ends-member',
+    what: 'a dead letter\'s record refused by the fence ends the whole member as a handler\'s failure, not that partition\'s loop',
+    file: 'src/consumer/stream-client.ts',
+    find: '      if (err instanceof HandlerError && sqlState(err.cause) !== undefined) throw hold.contention(err.cause);',
+    replace: '',
+    tests: ['consumer/groups-dead-letters'],
   },
   {
     id: 'group-backoff-holds-slot',

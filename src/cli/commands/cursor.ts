@@ -43,7 +43,7 @@ export function refusedAs(flag: string): (err: unknown) => never {
   };
 }
 
-/** `tidemark cursor list [--json]`: every cursor, its lag and who holds it. */
+/** `tidemark cursor list [--json]`: every cursor (groups' partitions too), its lag and who holds it. */
 export async function cursorListCommand(options: CursorOptions): Promise<number> {
   const db = await openDatabase(options);
   try {
@@ -53,17 +53,26 @@ export async function cursorListCommand(options: CursorOptions): Promise<number>
     } else if (cursors.length === 0) {
       console.log('(no cursors)');
     } else {
+      // The partition column only when there are groups.
+      const groups = cursors.some((c) => c.group !== null);
       console.log(
         table(
-          ['consumer', 'stream', 'cursor', 'lag', 'lag s', 'updated', 'held by'],
+          ['consumer', 'stream', ...(groups ? ['partition'] : []), 'cursor', 'lag', 'lag s', 'updated', 'held by'],
           cursors.map((c) => [
             c.consumer,
             c.stream,
+            ...(groups ? [c.group ? `${c.group.partition}/${c.group.partitions}` : '-'] : []),
             String(c.seq),
             String(c.lagEvents),
             c.lagSeconds.toFixed(1),
             c.updatedAt.toISOString(),
-            c.heldBy ? `pid ${c.heldBy.pid}${c.heldBy.applicationName ? ` (${c.heldBy.applicationName})` : ''}` : '-',
+            c.group
+              ? c.group.holder === null
+                ? '-'
+                : `member ${c.group.holder}${c.group.holderLive ? '' : ' (lease ended)'}`
+              : c.heldBy
+                ? `pid ${c.heldBy.pid}${c.heldBy.applicationName ? ` (${c.heldBy.applicationName})` : ''}`
+                : '-',
           ]),
         ),
       );

@@ -38,12 +38,15 @@ function selected(ids: string[], options: DeadLetterOptions): DeadLetterFilter {
 }
 
 function printed(letters: DeadLetter[]): string {
+  // The partition column only when a group's dead letter is among them.
+  const groups = letters.some((d) => d.partition !== null);
   return table(
-    ['id', 'consumer', 'stream', 'seq', 'key', 'kind', 'tries', 'dead since', 'replay', 'last error'],
+    ['id', 'consumer', 'stream', ...(groups ? ['partition'] : []), 'seq', 'key', 'kind', 'tries', 'dead since', 'replay', 'last error'],
     letters.map((d) => [
       String(d.id),
       d.consumer,
       d.stream,
+      ...(groups ? [d.partition === null ? '-' : String(d.partition)] : []),
       String(d.seq),
       d.key,
       d.kind,
