@@ -14,6 +14,7 @@ import { gapTorture } from './scenarios/gap-torture.js';
 import { stallBlastRadius } from './scenarios/stall.js';
 import { writerLatency } from './scenarios/writer-latency.js';
 import { relayScenario } from './scenarios/relay.js';
+import { groupsScenario } from './scenarios/groups.js';
 
 /** Scenario ids, in run order. */
 export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioResult>> = {
@@ -24,6 +25,7 @@ export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioRe
   'e2e-latency': e2eLatency,
   drain: backlogDrain,
   relay: relayScenario,
+  groups: groupsScenario,
 };
 
 /**
