@@ -1044,6 +1044,21 @@ END
 $$;
 
 --
+-- Name: others_lease_end_ms(text, text, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.others_lease_end_ms(p_consumer text, p_stream text, p_member text) RETURNS double precision
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN (SELECT pg_catalog.date_part('epoch', pg_catalog.min(m.lease_expires_at) - pg_catalog.clock_timestamp()) * 1000
+            FROM "tidemark".group_members m
+           WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member <> p_member);
+END
+$$;
+
+--
 -- Name: page_info(text, text); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 

@@ -166,3 +166,18 @@ BEGIN
        FOR UPDATE OF d SKIP LOCKED;
 END
 $$;
+
+-- How long until the first lease of another member of the group ends, in
+-- milliseconds (negative: ended; NULL: no other member). A member beats
+-- again then when that is sooner than its next beat, so that a dead
+-- member's partitions move once its lease ends (docs/PROTOCOL.md 6.4).
+CREATE FUNCTION {{schema}}.others_lease_end_ms(p_consumer text, p_stream text, p_member text) RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN (SELECT pg_catalog.date_part('epoch', pg_catalog.min(m.lease_expires_at) - pg_catalog.clock_timestamp()) * 1000
+            FROM {{schema}}.group_members m
+           WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member <> p_member);
+END
+$$;

@@ -60,7 +60,13 @@ export function resolveGroupOptions(options: GroupOptions): ResolvedGroupOptions
 export function groupSql(schema: string) {
   const s = quoteIdent(schema);
   return {
-    beat: `SELECT partition FROM ${s}.group_beat($1, $2, $3, $4, $5)`,
+    /**
+     * The partitions held after the beat, and how long until the first
+     * other member's lease ends (ms; null when there is none): a member
+     * beats again then, so that a dead member's partitions move once its
+     * lease ends rather than up to a beat interval later (migration 0016).
+     */
+    beat: `SELECT ARRAY(SELECT b.partition FROM ${s}.group_beat($1, $2, $3, $4, $5) b ORDER BY b.partition) AS partitions, ${s}.others_lease_end_ms($1, $2, $4) AS others_end_ms`,
     leave: `SELECT ${s}.leave_group($1, $2, $3) AS released`,
     /** A FROM item: the index's statement, and whether it exists and is valid ($1 partitions). */
     indexState: `${s}.partition_index_state($1)`,

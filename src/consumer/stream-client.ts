@@ -297,11 +297,16 @@ export class StreamClient {
       for (;;) {
         stop.signal.throwIfAborted();
         let now: number[];
+        let nextBeatMs = beatMs;
         try {
           const r = await onBeatClient(`the beat of ${JSON.stringify(group.member)}`, (c) =>
-            c.query<{ partition: number }>(sql.beat, [consumer, stream, group.partitions, group.member, group.leaseTtlMs]),
+            c.query<{ partitions: number[]; others_end_ms: number | null }>(sql.beat, [consumer, stream, group.partitions, group.member, group.leaseTtlMs]),
           );
-          now = r.rows.map((row) => row.partition);
+          now = r.rows[0]!.partitions;
+          // Beat again just after the first other lease ends, if that is
+          // sooner: a dead member's partitions move then (PROTOCOL §6.4).
+          const othersEnd = r.rows[0]!.others_end_ms;
+          if (othersEnd !== null) nextBeatMs = Math.min(beatMs, Math.max(30, Math.ceil(othersEnd) + 25));
           attempt = 0;
         } catch (err) {
           if (stop.signal.aborted) throw stop.signal.reason;
@@ -343,7 +348,7 @@ export class StreamClient {
           held = now;
           this.emit({ type: 'group:assignment', consumer, stream, member: group.member, partitions: now });
         }
-        await sleep(beatMs, stop.signal);
+        await sleep(nextBeatMs, stop.signal);
       }
     } finally {
       outer.removeEventListener('abort', forward);

@@ -261,7 +261,8 @@ test('a member whose connections are all terminated (a restart, as its sessions 
   assert.ok(killed.rowCount! > 0);
   await append(db, watermarker, 100, 20, 200);
   await waitFor('every event handled after the terminations', async () => (await effects(db)).length >= 300, 60_000);
-  assert.ok(retries.length > 0, 'the member saw its connections die and retried');
+  // Its beat connection too: the next beat finds it dead and retries (the pages may all be done by then).
+  await waitFor('the member to see its connections die and retry', async () => retries.length > 0);
   const rows = await effects(db);
   const seqs = (await db.observer.query<{ seq: string }>('SELECT seq FROM tidemark.events ORDER BY seq')).rows.map((r) => BigInt(r.seq));
   assert.deepEqual(rows.map((r) => r.seq).sort((x, y) => (x < y ? -1 : 1)), seqs, 'every event once');
@@ -270,6 +271,26 @@ test('a member whose connections are all terminated (a restart, as its sessions 
     assert.ok((last.get(row.key) ?? 0n) < row.seq, `key ${row.key} in order`);
     last.set(row.key, row.seq);
   }
+  stop.abort(new Error('done'));
+  await assert.rejects(run, { message: 'done' });
+});
+
+test('a member beats again once another member\'s lease ends, not a beat interval later: a dead member\'s partitions move when its lease does', async (t) => {
+  const db = await testDb(t);
+  // b joins and holds every partition, then dies (it never beats again): its lease ends 3 s on.
+  await db.observer.query(`SELECT * FROM tidemark.group_beat('g', 's', 4, 'b', 3000)`);
+  const pool = db.pool({ max: 8 });
+  const assignments: number[][] = [];
+  const client = new StreamClient(pool, { pollIntervalMs: 50, observer: (e) => void (e.type === 'group:assignment' && assignments.push(e.partitions)) });
+  db.defer(() => client.close());
+  const stop = new AbortController();
+  // a's own beats are 20 minutes apart: only b's lease end can bring the next one.
+  const run = client.tailGroup('g', 's', () => undefined, { partitions: 4, member: 'a', leaseTtlMs: 3_600_000, signal: stop.signal });
+  run.catch(() => undefined);
+  await waitFor('a to take b\'s partitions', async () => JSON.stringify(assignments.at(-1)) === '[0,1,2,3]');
+  const b = await db.observer.query(`SELECT 1 FROM tidemark.group_members WHERE member = 'b'`);
+  assert.equal(b.rowCount, 0, 'b forgotten');
+  assert.ok(assignments.length >= 1);
   stop.abort(new Error('done'));
   await assert.rejects(run, { message: 'done' });
 });

@@ -167,6 +167,14 @@ const MUTANTS: Mutant[] = [
     tests: ['consumer/groups-dead-letters'],
   },
   {
+    id: 'group-beat-ignores-lease-ends',
+    what: 'a member beats only every third of its lease: a dead member\'s partitions move up to a beat interval after its lease ended',
+    file: 'src/consumer/stream-client.ts',
+    find: '          if (othersEnd !== null) nextBeatMs = Math.min(beatMs, Math.max(30, Math.ceil(othersEnd) + 25));',
+    replace: '          void othersEnd;',
+    tests: ['consumer/groups.test'],
+  },
+  {
     id: 'group-backoff-holds-slot',
     what: 'a failing event\'s back-off is waited holding the page slot and its connection',
     file: 'src/consumer/stream-client.ts',

@@ -152,7 +152,7 @@ export async function groupsScenario(ctx: BenchContext): Promise<ScenarioResult>
     ctx.progress.step('groups: rebalance after SIGKILL');
     const rebalance = await rebalanceAfterKill(url, pool);
     rows.push(['tidemark', `rebalance: SIGKILL of 1 of ${MEMBERS} members, lease ${LEASE_MS} ms`, MEMBERS, null, null, fmt(rebalance.worstMs, 0)]);
-    notes.push(`Rebalance: the killed member held partitions ${rebalance.partitions.join(', ')}; each moved again under another member after ${rebalance.perPartitionMs.map((ms) => fmt(ms, 0)).join(', ')} ms (lease ${LEASE_MS} ms: its lease ends 2/3 to 3/3 of it after its last beat, and a live member takes the partition at its next beat, every third of its own lease).`);
+    notes.push(`Rebalance: the killed member held partitions ${rebalance.partitions.join(', ')}; each moved again under another member after ${rebalance.perPartitionMs.map((ms) => fmt(ms, 0)).join(', ')} ms (lease ${LEASE_MS} ms: its lease ends 2/3 to 3/3 of it after its last beat, and the live members beat again as it ends).`);
     goals.push({ goal: 'groups: SIGKILL of a member -> its partitions flowing again', target: `<= lease + 1 s (${LEASE_MS + 1000} ms)`, measured: `${fmt(rebalance.worstMs, 0)} ms`, met: ctx.quick ? null : rebalance.worstMs <= LEASE_MS + 1000 });
   } finally {
     await pool.end();
