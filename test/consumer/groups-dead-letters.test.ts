@@ -290,9 +290,13 @@ test('a dead letter\'s record refused by the fence (the lease its page began und
     await waitFor('the blocker to queue', async () =>
       (await db.observer.query(`SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%' AND query NOT LIKE '%pg_stat_activity%'`)).rowCount === 1);
   });
-  await waitFor('the dead letter\'s page to wait on the blocker', async () =>
-    (await db.observer.query(`SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE '%read_partition_page%'`)).rowCount === 1);
+  await waitFor('the blocker to hold the partition\'s row', async () => blocked !== undefined);
   await blocked;
+  // That partition's page, not another's (a page may wait a moment on a beat's row lock).
+  await waitFor('the dead letter\'s page to wait on the blocker', async () =>
+    (await db.observer.query(`SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, [
+      `%read_partition_page('g', 's', ${member.partition}, 'a', 1)%`,
+    ])).rowCount === 1);
   await member.pastLease();
   await blocker.query('ROLLBACK');
   const fenced = await member.fencedAndOn();

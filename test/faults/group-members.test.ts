@@ -65,10 +65,14 @@ async function checkExactlyOnceInOrder(db: TestDb, seqs: bigint[]): Promise<{ se
 test('three members over 16 partitions: one is SIGKILLed mid-stream and another joins; every event once, each key in order, the dead member\'s partitions taken over', async (t) => {
   const db = await testDb(t);
   await db.observer.query(EFFECTS);
-  const seqs = await publishAll(db, 2000, 500);
+  // TIDEMARK_GROUP_SCALE=full: the issue's scale, 20,000 events with a
+  // 2-10 ms handler (about a minute here); CI runs 2,000 with 1-3 ms.
+  const full = process.env.TIDEMARK_GROUP_SCALE === 'full';
+  const seqs = await publishAll(db, full ? 20_000 : 2000, 500);
+  const handlerMs = full ? '2-10' : '3';
   const lease = '1000';
   const members: Record<string, FixtureProcess> = {};
-  for (const name of ['a', 'b', 'c']) members[name] = startMember(db, ['mailer', 's', '16', name, lease, '3']);
+  for (const name of ['a', 'b', 'c']) members[name] = startMember(db, ['mailer', 's', '16', name, lease, handlerMs]);
   await waitFor('the three members to split the partitions', async () => {
     for (const m of Object.values(members)) if (!alive(m.child)) throw new Error(`a member exited:\n${m.stderr()}`);
     const held = ['a', 'b', 'c'].map((n) => assigned(members[n]!) ?? []);
@@ -80,21 +84,20 @@ test('three members over 16 partitions: one is SIGKILLed mid-stream and another 
   members.b!.child.kill('SIGKILL');
   await exited(members.b!.child);
   const killedAt = Date.now();
-  members.d = startMember(db, ['mailer', 's', '16', 'd', lease, '3']);
+  members.d = startMember(db, ['mailer', 's', '16', 'd', lease, handlerMs]);
+  await waitFor('b\'s partitions to be taken by live members', async () =>
+    (await db.observer.query(`SELECT 1 FROM tidemark.partition_cursors WHERE partition = ANY($1::int[]) AND (holder IS NULL OR holder = 'b')`, [bHeld])).rowCount === 0, 60_000);
+  const takeoverMs = Date.now() - killedAt;
   await waitFor('every event handled', async () => {
     for (const n of ['a', 'c', 'd']) if (!alive(members[n]!.child)) throw new Error(`member ${n} exited:\n${members[n]!.stderr()}`);
     const r = await db.observer.query<{ n: string }>('SELECT count(*) AS n FROM public.group_effects');
     return Number(r.rows[0]!.n) >= seqs.length;
-  }, 120_000);
+  }, full ? 600_000 : 120_000);
   const rows = await checkExactlyOnceInOrder(db, seqs);
   // b's partitions flowed again after the kill, in other members' hands.
   const after = rows.filter((r) => bHeld.includes(partitionOf(r.key, 16)) && r.member !== 'b');
   assert.ok(after.length > 0, 'b\'s partitions were handled by the others');
-  const takeover = await db.observer.query<{ ms: number }>(
-    `SELECT extract(epoch FROM min(updated_at) - to_timestamp($1 / 1000.0)) * 1000 AS ms FROM tidemark.partition_cursors WHERE partition = ANY($2::int[]) AND holder <> 'b'`,
-    [killedAt, bHeld],
-  );
-  t.diagnostic(`b's partitions taken over: first change ${Math.round(takeover.rows[0]!.ms)} ms after the kill (lease ${lease} ms)`);
+  t.diagnostic(`b's partitions taken over ${takeoverMs} ms after the kill (lease ${lease} ms)`);
   const settled = await db.observer.query(`SELECT 1 FROM tidemark.partition_cursors WHERE holder = 'b'`);
   assert.equal(settled.rowCount, 0, 'the dead member holds nothing');
 });
