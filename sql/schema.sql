@@ -1048,7 +1048,7 @@ $$;
 --
 
 CREATE FUNCTION tidemark.others_lease_end_ms(p_consumer text, p_stream text, p_member text) RETURNS double precision
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN

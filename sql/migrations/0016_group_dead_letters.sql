@@ -172,7 +172,7 @@ $$;
 -- again then when that is sooner than its next beat, so that a dead
 -- member's partitions move once its lease ends (docs/PROTOCOL.md 6.4).
 CREATE FUNCTION {{schema}}.others_lease_end_ms(p_consumer text, p_stream text, p_member text) RETURNS double precision
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

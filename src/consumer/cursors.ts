@@ -298,9 +298,8 @@ export async function deleteCursor(pool: pg.Pool, consumer: string, stream: stri
   return withCursorLock(pool, schema, consumer, stream, async (client) => {
     // The consumer starts again: its dead letters are events it delivers again.
     const r = await client.query<{ seq: string }>(
-      // Only a consumer's own (a group's name has no cursor: nothing of its goes).
-      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.partition IS NULL
-                        AND EXISTS (SELECT 1 FROM ${s}.cursors c WHERE c.consumer = $1 AND c.stream = $2))
+      // Only a consumer's own: a group's dead letters have a partition, and its name no cursor.
+      `WITH again AS (DELETE FROM ${s}.dead_letters d WHERE d.consumer = $1 AND d.stream = $2 AND d.partition IS NULL)
        DELETE FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 RETURNING seq::text`,
       [consumer, stream],
     );

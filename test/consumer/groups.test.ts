@@ -290,7 +290,6 @@ test('a member beats again once another member\'s lease ends, not a beat interva
   await waitFor('a to take b\'s partitions', async () => JSON.stringify(assignments.at(-1)) === '[0,1,2,3]');
   const b = await db.observer.query(`SELECT 1 FROM tidemark.group_members WHERE member = 'b'`);
   assert.equal(b.rowCount, 0, 'b forgotten');
-  assert.ok(assignments.length >= 1);
   stop.abort(new Error('done'));
   await assert.rejects(run, { message: 'done' });
 });

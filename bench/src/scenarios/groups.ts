@@ -88,7 +88,7 @@ export async function groupsScenario(ctx: BenchContext): Promise<ScenarioResult>
       signal.addEventListener('abort', () => void client.close(), { once: true });
       return async () => handled.n > 0;
     });
-    rows.push(['tidemark', 'one consumer', 1, fmt(single, 0), '1.00']);
+    rows.push(['tidemark', 'one consumer', 1, fmt(single, 0), '1.00', null]);
 
     for (const concurrency of [1, 4]) {
       const side = `tidemark, group of ${MEMBERS} (concurrency ${concurrency})`;
@@ -107,7 +107,7 @@ export async function groupsScenario(ctx: BenchContext): Promise<ScenarioResult>
         }
         return async () => held.size === MEMBERS && [...held.values()].every((n) => n === PARTITIONS / MEMBERS);
       });
-      rows.push(['tidemark', `group of ${MEMBERS}, ${PARTITIONS} partitions, concurrency ${concurrency}`, MEMBERS * concurrency, fmt(rate, 0), fmt(rate / single, 2)]);
+      rows.push(['tidemark', `group of ${MEMBERS}, ${PARTITIONS} partitions, concurrency ${concurrency}`, MEMBERS * concurrency, fmt(rate, 0), fmt(rate / single, 2), null]);
     }
 
     if (ctx.contenders.some((c) => c.id === 'message-db')) {
@@ -131,7 +131,7 @@ export async function groupsScenario(ctx: BenchContext): Promise<ScenarioResult>
           }
           return async () => handled.n > 0;
         });
-        rows.push(['message-db', `consumer group of ${MEMBERS} (consumer_group_member/size)`, MEMBERS, fmt(rate, 0), fmt(rate / single, 2)]);
+        rows.push(['message-db', `consumer group of ${MEMBERS} (consumer_group_member/size)`, MEMBERS, fmt(rate, 0), fmt(rate / single, 2), null]);
       } finally {
         await mdb.end();
       }
@@ -162,7 +162,7 @@ export async function groupsScenario(ctx: BenchContext): Promise<ScenarioResult>
     title: 'Consumer groups',
     method: `A backlog of ${backlog.toLocaleString('en-US')} events over ${KEYS} keys, each handled by a ${HANDLER_MS} ms handler (pages of ${BATCH}); each side from the start of the backlog, timed over ${windowMs / 1000} s once every member holds its share. Then a member that is a tidemark tail --partitions process is SIGKILLed while 400 events/s flow.`,
     columns: ['contender', 'shape', 'handlers at once', 'events/s', 'vs one consumer', 'rebalance ms'],
-    rows: rows.map((r) => (r.length < 6 ? [...r, null] : r)),
+    rows,
     notes,
     goals,
     elapsedMs: performance.now() - t0,
