@@ -33,6 +33,18 @@ CREATE TYPE tidemark.locked_cursor AS (
 );
 
 --
+-- Name: repartition_state; Type: TYPE; Schema: tidemark; Owner: -
+--
+
+CREATE TYPE tidemark.repartition_state AS (
+	partitions integer,
+	next_partitions integer,
+	barrier bigint,
+	since_seq bigint,
+	behind integer
+);
+
+--
 -- Name: watermark_candidate; Type: TYPE; Schema: tidemark; Owner: -
 --
 
@@ -528,6 +540,121 @@ END
 $$;
 
 --
+-- Name: finish_repartition(text, text); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.finish_repartition(p_consumer text, p_stream text) RETURNS tidemark.repartition_state
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+  g record;
+  r record;
+  v_state "tidemark".repartition_state;
+  v_max bigint;
+  v_barrier bigint;
+  v_behind boolean;
+BEGIN
+  PERFORM "tidemark".checked_cursor_key('finish_repartition', p_consumer, p_stream);
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'tidemark: finish_repartition must run in a READ COMMITTED transaction (it reads the partitions'' latest cursors), not %', pg_catalog.current_setting('transaction_isolation')
+      USING ERRCODE = 'TM003';
+  END IF;
+  SELECT x.next_partitions INTO g FROM "tidemark".groups x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: finish_repartition: consumer % on stream % is not a group', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM007';
+  END IF;
+  IF g.next_partitions IS NOT NULL THEN
+    -- Every partition row, locked in partition order, waiting for the
+    -- page that holds one (pages hold one row each and wait for no other:
+    -- no deadlock). Beats pass over locked rows, so none waits for this.
+    -- In READ COMMITTED the rows locked are their latest versions.
+    PERFORM FROM "tidemark".partition_cursors x
+      WHERE x.consumer = p_consumer AND x.stream = p_stream
+      ORDER BY x.partition
+        FOR NO KEY UPDATE;
+  END IF;
+  -- Then the group: one beat or switch of it at a time (taken after the
+  -- rows, so that beats never wait behind a page).
+  PERFORM pg_catalog.pg_advisory_xact_lock("tidemark".partition_key(p_consumer, p_stream, -1));
+  SELECT x.partitions, x.next_partitions, x.barrier, x.since_seq INTO g FROM "tidemark".groups x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream
+     FOR NO KEY UPDATE;
+  v_state := ROW(g.partitions, g.next_partitions, g.barrier, g.since_seq, 0);
+  IF g.next_partitions IS NULL THEN
+    RETURN v_state;
+  END IF;
+  -- A page that began before the barrier was recorded may have read past
+  -- it: the new split then starts at its cursor, and every other old
+  -- partition drains up to there first.
+  SELECT pg_catalog.max(x.seq) INTO v_max FROM "tidemark".partition_cursors x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  v_barrier := GREATEST(g.barrier, v_max);
+  IF v_barrier > g.barrier THEN
+    UPDATE "tidemark".groups x SET barrier = v_barrier
+     WHERE x.consumer = p_consumer AND x.stream = p_stream;
+    v_state.barrier := v_barrier;
+  END IF;
+  -- Which old partitions still have events to apply up to the barrier.
+  -- Every event at or below it is final: the barrier is a safe_seq, or a
+  -- cursor, which never passes one.
+  FOR r IN SELECT x.partition, x.seq FROM "tidemark".partition_cursors x
+            WHERE x.consumer = p_consumer AND x.stream = p_stream AND x.seq < v_barrier LOOP
+    EXECUTE pg_catalog.format(
+      'SELECT EXISTS (SELECT 1 FROM "tidemark".events e
+        WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4)', "tidemark".partition_expression('e.key', g.partitions))
+      INTO v_behind
+      USING p_stream, r.seq, v_barrier, r.partition::pg_catalog.int8;
+    IF v_behind THEN
+      v_state.behind := v_state.behind + 1;
+    END IF;
+  END LOOP;
+  IF v_state.behind > 0 THEN
+    RETURN v_state;
+  END IF;
+
+  -- The switch. Every cursor starts at the barrier. A partition number
+  -- keeps a live holder (the split gives partition p to live member
+  -- number p % count whatever the count); one whose holder's lease ended
+  -- is freed (the COMMIT fence of section 6.4 refuses to move the cursor
+  -- of a holder whose lease ended). Partitions beyond the new count go,
+  -- their change-of-hands count added to a remaining one's (the group's
+  -- total stays); new ones start free.
+  IF g.next_partitions < g.partitions THEN
+    UPDATE "tidemark".partition_cursors pc SET moves = pc.moves + d.moves
+      FROM (SELECT x.partition % g.next_partitions AS partition, pg_catalog.sum(x.moves)::bigint AS moves
+              FROM "tidemark".partition_cursors x
+             WHERE x.consumer = p_consumer AND x.stream = p_stream AND x.partition >= g.next_partitions
+             GROUP BY 1) d
+     WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = d.partition;
+    DELETE FROM "tidemark".partition_cursors pc
+     WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition >= g.next_partitions;
+  END IF;
+  UPDATE "tidemark".partition_cursors pc
+     SET seq = v_barrier, updated_at = pg_catalog.now(),
+         holder = CASE WHEN EXISTS (SELECT 1 FROM "tidemark".group_members m
+                                     WHERE m.consumer = pc.consumer AND m.stream = pc.stream AND m.member = pc.holder
+                                       AND m.lease_expires_at > pg_catalog.clock_timestamp()) THEN pc.holder END
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream;
+  INSERT INTO "tidemark".partition_cursors (consumer, stream, partition, seq)
+  SELECT p_consumer, p_stream, p, v_barrier FROM pg_catalog.generate_series(g.partitions, g.next_partitions - 1) p;
+  UPDATE "tidemark".groups x
+     SET partitions = g.next_partitions, next_partitions = NULL, barrier = NULL,
+         since_seq = v_barrier, repartitioned_at = pg_catalog.now()
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  -- The group's dead letters belong to their key's partition of the new
+  -- split: its holder replays them. Each is at or below its old
+  -- partition's cursor, so at or below the barrier, where every new
+  -- cursor starts.
+  UPDATE "tidemark".dead_letters d SET partition = "tidemark".key_partition(d.key, g.next_partitions)
+   WHERE d.consumer = p_consumer AND d.stream = p_stream AND d.partition IS NOT NULL;
+  RETURN ROW(g.next_partitions, NULL, NULL, v_barrier, 0)::"tidemark".repartition_state;
+END
+$_$;
+
+--
 -- Name: grant_consumer(text, text[]); Type: FUNCTION; Schema: tidemark; Owner: -
 --
 
@@ -596,6 +723,8 @@ DECLARE
   v_key bigint := "tidemark".checked_cursor_key('group_beat', p_consumer, p_stream);
   v_member text := "tidemark".checked_member('group_beat', p_member);
   v_partitions integer;
+  v_next integer;
+  v_since bigint;
   v_now timestamptz;
   v_members text[];
   v_count integer;
@@ -613,7 +742,7 @@ BEGIN
   -- holders as the one before left them (a transaction-level advisory lock
   -- of the group: a consumer role may not lock the groups row itself).
   PERFORM pg_catalog.pg_advisory_xact_lock("tidemark".partition_key(p_consumer, p_stream, -1));
-  SELECT g.partitions INTO v_partitions FROM "tidemark".groups g
+  SELECT g.partitions, g.next_partitions, g.since_seq INTO v_partitions, v_next, v_since FROM "tidemark".groups g
    WHERE g.consumer = p_consumer AND g.stream = p_stream;
   IF NOT FOUND THEN
     -- First use. A consumer's own cursor of the same name would be a
@@ -637,10 +766,20 @@ BEGIN
     SELECT p_consumer, p_stream, p FROM pg_catalog.generate_series(0, v_partitions - 1) p
     ON CONFLICT DO NOTHING;
   END IF;
-  IF v_partitions <> p_partitions THEN
-    RAISE EXCEPTION 'tidemark: group_beat: the group of consumer % on stream % has % partitions, not %', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_partitions, p_partitions
+  -- A member joins with the group's count, or with the count a pending
+  -- re-partition asks for (version 17); one already in (a live lease)
+  -- follows the group whatever count it was started with, so that a
+  -- re-partition goes on under running members.
+  IF p_partitions <> v_partitions AND p_partitions IS DISTINCT FROM v_next
+     AND NOT EXISTS (SELECT 1 FROM "tidemark".group_members m
+                      WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.member = v_member
+                        AND m.lease_expires_at > pg_catalog.clock_timestamp()) THEN
+    RAISE EXCEPTION 'tidemark: group_beat: the group of consumer % on stream % has % partitions, not %', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), v_partitions, p_partitions::text ||
+        CASE WHEN v_next IS NOT NULL THEN pg_catalog.format(' (a re-partition to %s is pending)', v_next)
+             WHEN v_since > 0 THEN pg_catalog.format(' (re-partitioned at seq %s)', v_since)
+             ELSE '' END
       USING ERRCODE = 'TM007',
-            HINT = 'Start every member with the same partition count.';
+            HINT = 'Start every member with the group''s partition count; tidemark group repartition changes it.';
   END IF;
 
   v_now := pg_catalog.clock_timestamp();
@@ -741,8 +880,9 @@ CREATE FUNCTION tidemark.group_partitions_fixed() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  IF NEW.partitions IS DISTINCT FROM OLD.partitions THEN
-    RAISE EXCEPTION 'tidemark: the group of consumer % on stream % has % partitions: the count cannot change under its cursors', pg_catalog.quote_literal(OLD.consumer), pg_catalog.quote_literal(OLD.stream), OLD.partitions
+  IF NEW.partitions IS DISTINCT FROM OLD.partitions
+     AND (OLD.next_partitions IS DISTINCT FROM NEW.partitions OR NEW.next_partitions IS NOT NULL) THEN
+    RAISE EXCEPTION 'tidemark: the group of consumer % on stream % has % partitions: the count changes only by repartition_group and finish_repartition', pg_catalog.quote_literal(OLD.consumer), pg_catalog.quote_literal(OLD.stream), OLD.partitions
       USING ERRCODE = 'TM007';
   END IF;
   RETURN NEW;
@@ -908,6 +1048,7 @@ DECLARE
   v_index integer;
   v_page jsonb;
   v_pruned bigint;
+  v_barrier bigint;
 BEGIN
   PERFORM "tidemark".checked_cursor_key(p_function, p_consumer, p_stream);
   IF p_partition IS NULL OR p_partition < 0 THEN
@@ -951,7 +1092,7 @@ BEGIN
   END IF;
   -- The row stays locked until the page ends: the holder cannot change
   -- under the page (group_beat skips a locked row).
-  SELECT pc.seq, pc.holder, g.partitions INTO cursor, v_holder, partitions
+  SELECT pc.seq, pc.holder, g.partitions, g.barrier INTO cursor, v_holder, partitions, v_barrier
     FROM "tidemark".partition_cursors pc JOIN "tidemark".groups g ON g.consumer = pc.consumer AND g.stream = pc.stream
    WHERE pc.consumer = p_consumer AND pc.stream = p_stream AND pc.partition = p_partition
      FOR NO KEY UPDATE OF pc;
@@ -977,6 +1118,11 @@ BEGIN
     FROM "tidemark".watermark w LEFT JOIN "tidemark".horizons h ON h.stream = p_stream;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'tidemark: the watermark row is missing' USING ERRCODE = 'object_not_in_prerequisite_state';
+  END IF;
+  -- A re-partition is pending (version 17): the old split reads nothing
+  -- above its barrier, which the new split starts from.
+  IF v_barrier < safe_seq THEN
+    safe_seq := v_barrier;
   END IF;
   IF v_pruned > cursor THEN
     RAISE EXCEPTION 'tidemark: retention removed events of stream % above partition % of consumer % (cursor %, pruned through %)',
@@ -1276,6 +1422,7 @@ DECLARE
   v_count bigint;
   v_last bigint;
   v_through bigint;
+  v_safe bigint;
   v_done text;
 BEGIN
   IF p_max_events IS NULL OR p_max_events < 1 OR p_max_events > 100000 THEN
@@ -1317,7 +1464,8 @@ BEGIN
   END IF;
   -- A short page returned every event of the partition up to safe_seq.
   v_through := CASE WHEN v_count < p_max_events THEN v.safe_seq ELSE v_last END;
-  v_done := "tidemark".remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);
+  SELECT w.safe_seq INTO v_safe FROM "tidemark".watermark w;
+  v_done := "tidemark".remember_page(v.key, v.cursor, v_through, v_safe, v_last);
 END
 $_$;
 
@@ -1530,6 +1678,48 @@ BEGIN
     ("tidemark".open_pages() || pg_catalog.jsonb_build_object(p_key::text,
       pg_catalog.jsonb_build_array(p_cursor, p_through, p_cursor, p_safe_seq, p_read_to, pg_catalog.pg_current_xact_id()::text)))::text,
     true);
+END
+$$;
+
+--
+-- Name: repartition_group(text, text, integer); Type: FUNCTION; Schema: tidemark; Owner: -
+--
+
+CREATE FUNCTION tidemark.repartition_group(p_consumer text, p_stream text, p_partitions integer) RETURNS tidemark.repartition_state
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  g record;
+  v_safe bigint;
+BEGIN
+  PERFORM "tidemark".checked_cursor_key('repartition_group', p_consumer, p_stream);
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: repartition_group: partitions must be between 1 and 1024, got %', coalesce(p_partitions::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  PERFORM pg_catalog.pg_advisory_xact_lock("tidemark".partition_key(p_consumer, p_stream, -1));
+  SELECT x.partitions, x.next_partitions, x.barrier INTO g FROM "tidemark".groups x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream
+     FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: repartition_group: consumer % on stream % is not a group', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM007',
+            HINT = 'A group is created by its first member (tail --partitions N, StreamClient.tailGroup, group_beat).';
+  END IF;
+  IF p_partitions = g.partitions THEN
+    UPDATE "tidemark".groups x SET next_partitions = NULL, barrier = NULL
+     WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  ELSIF g.next_partitions IS NOT NULL THEN
+    UPDATE "tidemark".groups x SET next_partitions = p_partitions
+     WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  ELSE
+    SELECT w.safe_seq INTO v_safe FROM "tidemark".watermark w;
+    UPDATE "tidemark".groups x SET next_partitions = p_partitions, barrier = v_safe
+     WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  END IF;
+  RETURN (SELECT ROW(x.partitions, x.next_partitions, x.barrier, x.since_seq, NULL)::"tidemark".repartition_state
+            FROM "tidemark".groups x WHERE x.consumer = p_consumer AND x.stream = p_stream);
 END
 $$;
 
@@ -2444,8 +2634,16 @@ CREATE TABLE tidemark.groups (
     stream text NOT NULL,
     partitions integer NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    next_partitions integer,
+    barrier bigint,
+    since_seq bigint DEFAULT 0 NOT NULL,
+    repartitioned_at timestamp with time zone,
+    CONSTRAINT groups_barrier_check CHECK ((barrier >= 0)),
     CONSTRAINT groups_consumer_check CHECK (((consumer <> ''::text) AND (length(consumer) <= 200))),
+    CONSTRAINT groups_next_partitions_check CHECK (((next_partitions >= 1) AND (next_partitions <= 1024))),
     CONSTRAINT groups_partitions_check CHECK (((partitions >= 1) AND (partitions <= 1024))),
+    CONSTRAINT groups_repartition_pending CHECK (((next_partitions IS NULL) = (barrier IS NULL))),
+    CONSTRAINT groups_since_seq_check CHECK ((since_seq >= 0)),
     CONSTRAINT groups_stream_check CHECK (((stream <> ''::text) AND (length(stream) <= 200)))
 );
 
@@ -2877,6 +3075,12 @@ REVOKE ALL ON FUNCTION tidemark.claim_owner(p_owner text, p_instance text, p_ttl
 REVOKE ALL ON FUNCTION tidemark.fence_owner_claim() FROM PUBLIC;
 
 --
+-- Name: FUNCTION finish_repartition(p_consumer text, p_stream text); Type: ACL; Schema: tidemark; Owner: -
+--
+
+REVOKE ALL ON FUNCTION tidemark.finish_repartition(p_consumer text, p_stream text) FROM PUBLIC;
+
+--
 -- Name: FUNCTION grant_consumer(p_role text, p_consumers text[]); Type: ACL; Schema: tidemark; Owner: -
 --
 
@@ -2899,6 +3103,12 @@ REVOKE ALL ON FUNCTION tidemark.release_lease(p_owner text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION tidemark.release_owner(p_owner text, p_instance text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION repartition_group(p_consumer text, p_stream text, p_partitions integer); Type: ACL; Schema: tidemark; Owner: -
+--
+
+REVOKE ALL ON FUNCTION tidemark.repartition_group(p_consumer text, p_stream text, p_partitions integer) FROM PUBLIC;
 
 --
 -- Name: PROCEDURE run_watermarker(IN p_owner text, IN p_run_ms integer, IN p_lease_ttl_ms integer, IN p_lease_renew_ms integer, IN p_poll_min_ms integer, IN p_poll_max_ms integer, IN p_idle_grace_ms integer, IN p_synchronous_commit boolean, IN p_try_lock boolean, IN p_max_steps_per_second integer, IN p_sleep boolean, IN p_resume boolean, INOUT reason text, INOUT steps bigint, INOUT polls bigint, INOUT advanced bigint, INOUT pending bigint, INOUT idle bigint, INOUT try_lock_reads bigint, INOUT pg_locks_reads bigint, INOUT pg_locks_read_us_total double precision, INOUT step_us_total double precision, INOUT step_us_max double precision, INOUT step_us_hist integer[], INOUT safe_seq bigint, INOUT leader boolean, INOUT lease_owner text, INOUT lease_expires_at timestamp with time zone, INOUT oldest_pending_at timestamp with time zone); Type: ACL; Schema: tidemark; Owner: -

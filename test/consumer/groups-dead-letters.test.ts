@@ -6,33 +6,13 @@
  * members end to end; progress awaited by polling, never by sleeping.
  */
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { after, test } from 'node:test';
-import { replayDeadLetters, listDeadLetters, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
+import { replayDeadLetters, listDeadLetters, StreamClient, type ConsumerEvent } from '../../src/index.js';
 import { closeAdmin, failsWith, testDb, waitFor, type Session, type TestDb } from '../support/db.js';
+import { partitionOf, publish, RR } from '../support/groups.js';
 import { cli } from '../support/cli.js';
 
 after(closeAdmin);
-
-const RR = 'BEGIN ISOLATION LEVEL REPEATABLE READ';
-
-function partitionOf(key: string, partitions: number): number {
-  return createHash('md5').update(key, 'utf8').digest().readUInt32BE(0) % partitions;
-}
-
-/** Appends one event per key (in order), commits and publishes them; returns their seqs. */
-async function publish(db: TestDb, keys: string[]): Promise<bigint[]> {
-  const writer = await db.session('writer');
-  const r = await writer.query<{ seq: string }>(
-    `INSERT INTO tidemark.events (stream, kind, key, payload) SELECT 's', 'k', k, pg_catalog.jsonb_build_object('i', i)
-       FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i) ORDER BY i RETURNING seq`,
-    [keys],
-  );
-  const watermarker = new Watermarker(db.pool({ max: 1 }), { owner: 'test' });
-  await watermarker.step();
-  await watermarker.close();
-  return r.rows.map((row) => BigInt(row.seq)).sort((a, b) => (a < b ? -1 : 1));
-}
 
 async function beat(session: Session, member: string, ttlMs = 60_000): Promise<number[]> {
   const r = await session.query<{ partition: number }>(`SELECT partition FROM tidemark.group_beat('g', 's', 4, $1, $2)`, [member, ttlMs]);

@@ -5,38 +5,11 @@
  * (no sleeps: lease ends are set by hand, waits poll pg_stat_activity).
  */
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { after, test } from 'node:test';
-import { Watermarker } from '../../src/index.js';
-import { closeAdmin, failsWith, testDb, testRole, waitFor, type Session, type TestDb } from '../support/db.js';
+import { closeAdmin, failsWith, testDb, testRole, waitFor, type TestDb } from '../support/db.js';
+import { beat, page, partitionOf, publish, RR } from '../support/groups.js';
 
 after(closeAdmin);
-
-const RR = 'BEGIN ISOLATION LEVEL REPEATABLE READ';
-
-/** The documented partition function, in JavaScript. */
-function partitionOf(key: string, partitions: number): number {
-  return createHash('md5').update(key, 'utf8').digest().readUInt32BE(0) % partitions;
-}
-
-/** Appends one event per key (in order), commits and publishes them; returns their seqs. */
-async function publish(db: TestDb, keys: string[], stream = 's'): Promise<bigint[]> {
-  const writer = await db.session('writer');
-  const r = await writer.query<{ seq: string }>(
-    `INSERT INTO tidemark.events (stream, kind, key, payload) SELECT $1, 'k', k, pg_catalog.jsonb_build_object('i', i)
-       FROM unnest($2::text[]) WITH ORDINALITY AS u(k, i) ORDER BY i RETURNING seq`,
-    [stream, keys],
-  );
-  const watermarker = new Watermarker(db.pool({ max: 1 }), { owner: 'test' });
-  await watermarker.step();
-  await watermarker.close();
-  return r.rows.map((row) => BigInt(row.seq)).sort((a, b) => (a < b ? -1 : 1));
-}
-
-async function beat(session: Session, member: string, partitions = 4, ttlMs = 60_000, consumer = 'g'): Promise<number[]> {
-  const r = await session.query<{ partition: number }>('SELECT partition FROM tidemark.group_beat($1, $2, $3, $4, $5)', [consumer, 's', partitions, member, ttlMs]);
-  return r.rows.map((row) => row.partition);
-}
 
 /** Ends `member`'s lease now, as if its process had died a TTL ago. */
 async function expire(db: TestDb, member: string): Promise<void> {
@@ -53,26 +26,6 @@ async function partitionCursor(db: TestDb, partition: number): Promise<bigint> {
   return BigInt(r.rows[0]!.seq);
 }
 
-
-/**
- * One page of `partition` as `member`, applied to `effects` (seq, key) in
- * the page's transaction, then advanced and committed. Returns the seqs.
- */
-async function page(session: Session, member: string, partition: number, max = 100): Promise<bigint[]> {
-  await session.query(RR);
-  try {
-    const r = await session.query<{ seq: string; key: string }>('SELECT seq, key FROM tidemark.read_partition_page($1, $2, $3, $4, $5)', ['g', 's', partition, member, max]);
-    await session.query('INSERT INTO effects (seq, key) SELECT * FROM unnest($1::bigint[], $2::text[])', [r.rows.map((x) => x.seq), r.rows.map((x) => x.key)]);
-    const through = (await session.query<{ through: string }>('SELECT through FROM tidemark.partition_page_info($1, $2, $3)', ['g', 's', partition])).rows[0]!.through;
-    const last = r.rows.at(-1)?.seq ?? through;
-    await session.query('SELECT tidemark.advance_partition($1, $2, $3, $4, $5)', ['g', 's', partition, member, r.rows.length < max ? through : last]);
-    await session.query('COMMIT');
-    return r.rows.map((x) => BigInt(x.seq));
-  } catch (err) {
-    await session.query('ROLLBACK');
-    throw err;
-  }
-}
 
 test('key_partition is the first four bytes of MD5(key), big-endian, modulo the count: fixed vectors, and JavaScript agrees on any key', async (t) => {
   const db = await testDb(t);

@@ -44,7 +44,58 @@ const GROUPS = 'sql/migrations/0015_groups.sql';
 /** Dead letters of groups (version 16). */
 const GROUP_DEAD = 'sql/migrations/0016_group_dead_letters.sql';
 
+/** Re-partitioning groups (version 17, which replaced version 15's beat, partition lock and partition page). */
+const REPARTITION = 'sql/migrations/0017_repartition.sql';
+
 const MUTANTS: Mutant[] = [
+  {
+    id: 'repartition-no-cap',
+    what: 'a page of the old split reads past a pending re-partition\'s barrier: the new split applies those events again',
+    file: REPARTITION,
+    find: '  IF v_barrier < safe_seq THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/groups-repartition'],
+  },
+  {
+    id: 'repartition-no-raise',
+    what: 'the switch starts the new split at the barrier recorded, below the cursor of a page that read past it unseen',
+    file: REPARTITION,
+    find: '  v_barrier := GREATEST(g.barrier, v_max);',
+    replace: '  v_barrier := g.barrier;',
+    tests: ['consumer/groups-repartition'],
+  },
+  {
+    id: 'repartition-undrained',
+    what: 'the switch does not wait for the old partitions to apply their events up to the barrier: those are never applied',
+    file: REPARTITION,
+    find: '  IF v_state.behind > 0 THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/groups-repartition'],
+  },
+  {
+    id: 'repartition-beside-page',
+    what: 'the switch does not wait for the pages open on the group: it reads a cursor an open page is about to move',
+    file: REPARTITION,
+    find: '      ORDER BY x.partition\n        FOR NO KEY UPDATE;',
+    replace: '      ORDER BY x.partition;',
+    tests: ['consumer/groups-repartition'],
+  },
+  {
+    id: 'repartition-any-count-joins',
+    what: 'a new member joins with a count that is neither the group\'s nor the one asked for',
+    file: REPARTITION,
+    find: '  IF p_partitions <> v_partitions AND p_partitions IS DISTINCT FROM v_next\n',
+    replace: '  IF false\n',
+    tests: ['consumer/groups-repartition'],
+  },
+  {
+    id: 'repartition-waits-on-barrier',
+    what: 'a drained partition\'s page shows the barrier as safe_seq: its member pages again at once, over and over, until the switch',
+    file: REPARTITION,
+    find: '  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v_safe, v_last);',
+    replace: '  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);',
+    tests: ['consumer/groups-repartition'],
+  },
   {
     id: 'group-dead-letter-unfenced',
     what: 'a group\'s dead letter moves its partition\'s cursor without the fence: a member whose lease ended records it',
@@ -104,7 +155,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-claim-from-live',
     what: 'a beat takes its partitions from a holder whose lease is still live',
-    file: GROUPS,
+    file: REPARTITION,
     find: '             AND (x.holder IS NULL OR x.holder <> ALL (v_members))\n',
     replace: '\n',
     tests: ['consumer/groups-sql'],
@@ -112,7 +163,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-page-unlocked',
     what: 'a partition\'s page does not hold its cursor row: a beat moves the partition under an open page',
-    file: GROUPS,
+    file: REPARTITION,
     find: '     FOR NO KEY UPDATE OF pc;',
     replace: '     ;',
     tests: ['consumer/groups-sql'],
@@ -120,7 +171,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-no-idle-timeout',
     what: 'a page leaves the session\'s idle timeout alone: a member paused with a page open keeps its partition',
-    file: GROUPS,
+    file: REPARTITION,
     find: "  PERFORM pg_catalog.set_config('idle_in_transaction_session_timeout', v_ttl_ms::text, true);",
     replace: '',
     tests: ['consumer/groups-sql'],
@@ -137,7 +188,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-page-ignores-split',
     what: 'a member pages a partition it holds that is another member\'s by the split now: paged back to back, it is never given up',
-    file: GROUPS,
+    file: REPARTITION,
     find: ' OR p_partition % v_live <> v_index) THEN',
     replace: ') THEN',
     tests: ['consumer/groups-sql'],
@@ -145,7 +196,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-quiet-partition-stays',
     what: 'an empty page of a partition leaves its cursor where it is: retention past the other partitions asks it to resync',
-    file: GROUPS,
+    file: REPARTITION,
     find: '       AND pc.updated_at < pg_catalog.now() - interval \'10 seconds\';',
     replace: '       AND false;',
     tests: ['consumer/groups-sql'],
@@ -185,7 +236,7 @@ const MUTANTS: Mutant[] = [
   {
     id: 'group-partition-unfiltered',
     what: 'a partition\'s page reads every event of the stream, not its partition\'s',
-    file: GROUPS,
+    file: REPARTITION,
     find: "      WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND %s = $4\n      ORDER BY e.seq LIMIT $5'",
     replace: "      WHERE e.stream = $1 AND e.seq > $2 AND e.seq <= $3 AND (%s = $4 OR true)\n      ORDER BY e.seq LIMIT $5'",
     tests: ['consumer/groups-sql'],
