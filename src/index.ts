@@ -23,6 +23,8 @@ export { stepBucketMs } from './watermark/progress.js';
 export { StreamClient } from './consumer/stream-client.js';
 export type { TailOptions, DrainOptions, DrainResult, PageInfo } from './consumer/stream-client.js';
 export type { GroupOptions } from './consumer/group.js';
+export { repartitionGroup } from './consumer/repartition.js';
+export type { RepartitionOptions, RepartitionResult, RepartitionState } from './consumer/repartition.js';
 export type { FailurePolicy } from './consumer/failures.js';
 export { listDeadLetters, replayDeadLetters, discardDeadLetters } from './consumer/dead-letters.js';
 export type { DeadLetter, DeadLetterFilter } from './consumer/dead-letters.js';

@@ -42,6 +42,7 @@ test('the public exports change only on purpose', () => {
     'migrate',
     'notifyChannel',
     'readStatus',
+    'repartitionGroup',
     'replayDeadLetters',
     'stepBucketMs',
     'wakeChannel',

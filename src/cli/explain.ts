@@ -196,6 +196,10 @@ function postgresError(err: PgError, state: string, t: Target, schema: string | 
         message: `permission denied in ${t.where} for user${user} (${pgMessage}); run this command as the owner of the tidemark schema, or grant the role it needs (README, "Roles")`,
         exitCode: EXIT.usage,
       };
+    case 'TM007':
+      // A group refused: another partition count, a name that has a cursor
+      // of its own, no such group. Fix the command.
+      return { message: `${pgMessage.replace(/^tidemark: /, '')}${err.hint ? ` (${err.hint.replace(/\.$/, '')})` : ''}`, exitCode: EXIT.usage };
     case '54000':
       return {
         message:

@@ -253,6 +253,19 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .addHelpText('after', examples(['npx tidemark cursor delete --consumer audit --stream orders']))
     .action(action(lazy(() => import('./commands/cursor.js'), 'cursorDeleteCommand')));
 
+  const group = root.command('group').description("manage consumer groups (tail --partitions N): change a group's partition count");
+  group
+    .command('repartition')
+    .description("change a group's partition count: the old split reads up to a barrier seq (safe_seq now), and once it has applied everything up to there, every partition of the new split starts there; each event once, each key in order. Running members follow; members started later give the new count")
+    .requiredOption('--consumer <name>', "the group's consumer name")
+    .requiredOption('--stream <name>', 'stream')
+    .requiredOption('--partitions <n>', 'the new count (1-1024); the current count cancels a pending re-partition')
+    .option('--no-wait', 'record the barrier and exit; the old split stops there until this command is run again (without --no-wait) to switch')
+    .option('--no-partition-index', "neither create the new count's partition index nor drop the old one")
+    .option('--json', 'JSON output')
+    .addHelpText('after', examples(['npx tidemark group repartition --consumer mailer --stream orders --partitions 32']))
+    .action(action(lazy(() => import('./commands/group.js'), 'groupRepartitionCommand')));
+
   const deadLetters = root
     .command('dead-letters')
     .description("list, replay or discard dead letters: events a consumer set aside after its handler's last try");

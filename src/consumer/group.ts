@@ -1,6 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import type pg from 'pg';
 import { InvalidOptionsError } from '../errors.js';
+import { acquire } from '../db/acquire.js';
+import { withDeadline } from '../db/deadline.js';
 import { quoteIdent, sqlText } from '../db/queryable.js';
 import { booleanOption, integerOption, nameOption } from '../options.js';
 import { EVENT_COLUMNS, type PageSql } from './page.js';
@@ -10,8 +13,10 @@ import type { TailOptions } from './stream-client.js';
 export interface GroupOptions extends TailOptions {
   /**
    * Partitions of the group, fixed when the group is created (its first
-   * member's beat). Every member must give the same count: a member with
-   * another is refused (the database's error, SQLSTATE TM007). Default 16.
+   * member's beat). A member joins with the group's count (or a pending
+   * re-partition's): one with another is refused (the database's error,
+   * SQLSTATE TM007). Once in, it follows the group's count if
+   * `repartitionGroup` changes it. Default 16.
    */
   partitions?: number;
   /** This member's name, unique in the group. Default `<host>:<pid>:<random>`. */
@@ -65,12 +70,55 @@ export function groupSql(schema: string) {
      * other member's lease ends (ms; null when there is none): a member
      * beats again then, so that a dead member's partitions move once its
      * lease ends rather than up to a beat interval later (migration 0016).
+     * And the group's partition count: a re-partition (migration 0017)
+     * changes it under a running member, which follows. (The statement's
+     * snapshot does not see a group its own beat created: that one has
+     * the member's count.)
      */
-    beat: `SELECT ARRAY(SELECT b.partition FROM ${s}.group_beat($1, $2, $3, $4, $5) b ORDER BY b.partition) AS partitions, ${s}.others_lease_end_ms($1, $2, $4) AS others_end_ms`,
+    beat: `SELECT ARRAY(SELECT b.partition FROM ${s}.group_beat($1, $2, $3, $4, $5) b ORDER BY b.partition) AS partitions, ${s}.others_lease_end_ms($1, $2, $4) AS others_end_ms,
+  coalesce((SELECT g.partitions FROM ${s}.groups g WHERE g.consumer = $1 AND g.stream = $2), $3) AS count`,
     leave: `SELECT ${s}.leave_group($1, $2, $3) AS released`,
     /** A FROM item: the index's statement, and whether it exists and is valid ($1 partitions). */
     indexState: `${s}.partition_index_state($1)`,
   };
+}
+
+/**
+ * Creates the partition index of groups of `partitions` when it is missing
+ * (CONCURRENTLY: writers go on; it waits for older transactions). Returns
+ * whether it built it. Throws when the role may not, and for an invalid
+ * index (a build that did not finish). Aborting `signal` cancels a build.
+ */
+export async function buildPartitionIndex(pool: pg.Pool, schema: string, partitions: number, signal: AbortSignal, responseTimeoutMs: number): Promise<boolean> {
+  let client: pg.PoolClient | undefined;
+  let pid: number | undefined;
+  const cancel = () => {
+    if (pid !== undefined) void pool.query('SELECT pg_catalog.pg_cancel_backend($1)', [pid]).catch(() => undefined);
+  };
+  signal.addEventListener('abort', cancel, { once: true });
+  try {
+    client = await acquire(pool, signal);
+    const c = client;
+    const r = await withDeadline(c, responseTimeoutMs, 'the partition index', () =>
+      c.query<{ ddl: string; present: boolean; valid: boolean; pid: number }>(`SELECT s.*, pg_catalog.pg_backend_pid() AS pid FROM ${groupSql(schema).indexState} s`, [partitions]),
+    );
+    const state = r.rows[0]!;
+    if (state.present) {
+      if (!state.valid) throw new Error(`the index events_partition_${partitions} is invalid (a build that did not finish): drop it, and a member creates it again`);
+      return false;
+    }
+    pid = state.pid;
+    signal.throwIfAborted();
+    await c.query(state.ddl);
+    return true;
+  } catch (err) {
+    client?.release(true);
+    client = undefined;
+    throw err;
+  } finally {
+    signal.removeEventListener('abort', cancel);
+    client?.release();
+  }
 }
 
 /**

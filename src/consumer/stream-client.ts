@@ -12,7 +12,7 @@ import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type Stre
 import { eventOf, pageSql, runPage, type EventRow, type PageResult, type PageSql, type Prefetch } from './page.js';
 import { handledBefore, noTries, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
 import { boundedQuery } from '../db/deadline.js';
-import { GROUP_OPTION_NAMES, groupSql, partitionPageSql, resolveGroupOptions, Semaphore, type GroupOptions, type ResolvedGroupOptions } from './group.js';
+import { buildPartitionIndex, GROUP_OPTION_NAMES, groupSql, partitionPageSql, resolveGroupOptions, Semaphore, type GroupOptions, type ResolvedGroupOptions } from './group.js';
 import { setMaxListeners } from 'node:events';
 import { withDeadline } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../callbacks.js';
@@ -240,8 +240,9 @@ export class StreamClient {
    * partition. Never resolves; rejects like {@link tail} (a handler's
    * failure under the `stop` policy, a database error that is not
    * retryable, the abort reason), after this member's pages ended and it
-   * left the group. A member whose count differs from the group's is
-   * refused (SQLSTATE TM007). Under the `dead-letter` policy an event set
+   * left the group. A member that joins with a count other than the
+   * group's (or a pending re-partition's) is refused (SQLSTATE TM007); a
+   * running member follows a re-partition (`repartitionGroup`). Under the `dead-letter` policy an event set
    * aside is its partition's (`DeadLetter.partition`), and the member that
    * holds the partition replays it.
    */
@@ -291,6 +292,8 @@ export class StreamClient {
       }
     };
     let index: Promise<void> | undefined;
+    let indexed: number | undefined;
+    let count = group.partitions;
     let held: number[] = [];
     let attempt = 0;
     try {
@@ -300,9 +303,10 @@ export class StreamClient {
         let nextBeatMs = beatMs;
         try {
           const r = await onBeatClient(`the beat of ${JSON.stringify(group.member)}`, (c) =>
-            c.query<{ partitions: number[]; others_end_ms: number | null }>(sql.beat, [consumer, stream, group.partitions, group.member, group.leaseTtlMs]),
+            c.query<{ partitions: number[]; others_end_ms: number | null; count: number }>(sql.beat, [consumer, stream, group.partitions, group.member, group.leaseTtlMs]),
           );
           now = r.rows[0]!.partitions;
+          count = r.rows[0]!.count;
           // Beat again just after the first other lease ends, if that is
           // sooner: a dead member's partitions move then (PROTOCOL §6.4).
           const othersEnd = r.rows[0]!.others_end_ms;
@@ -321,7 +325,17 @@ export class StreamClient {
         stop.signal.throwIfAborted();
         // The index once the member is in (its build may wait for old
         // transactions; it must not hold the first beat back).
-        if (group.partitionIndex) index ??= this.partitionIndex(consumer, stream, group.partitions, stop.signal);
+        // A re-partition changed the count: the index of the new one (the
+        // re-partition builds it first, unless told not to).
+        if (group.partitionIndex && count !== indexed) {
+          const previous = index;
+          const of = count;
+          indexed = count;
+          index = (async () => {
+            await previous;
+            await this.partitionIndex(consumer, stream, of, stop.signal);
+          })();
+        }
         // Partitions given up stop after their page; new ones start.
         for (const [p, loopStop] of loops) {
           if (!now.includes(p)) {
@@ -457,33 +471,10 @@ export class StreamClient {
    * slower. Stopping the member cancels a build in progress.
    */
   private async partitionIndex(consumer: string, stream: string, partitions: number, signal: AbortSignal): Promise<void> {
-    const o = this.options;
-    let client: pg.PoolClient | undefined;
-    let pid: number | undefined;
-    const cancel = () => {
-      if (pid !== undefined) void this.pool.query('SELECT pg_catalog.pg_cancel_backend($1)', [pid]).catch(() => undefined);
-    };
-    signal.addEventListener('abort', cancel, { once: true });
     try {
-      client = await acquire(this.pool, signal);
-      const r = await withDeadline(client, o.responseTimeoutMs, 'the partition index', () =>
-        client!.query<{ ddl: string; present: boolean; valid: boolean; pid: number }>(`SELECT s.*, pg_catalog.pg_backend_pid() AS pid FROM ${groupSql(o.schema).indexState} s`, [partitions]),
-      );
-      const state = r.rows[0]!;
-      if (state.present) {
-        if (!state.valid) throw new Error(`the index events_partition_${partitions} is invalid (a build that did not finish): drop it, and a member creates it again`);
-        return;
-      }
-      pid = state.pid;
-      signal.throwIfAborted();
-      await client.query(state.ddl);
+      await buildPartitionIndex(this.pool, this.options.schema, partitions, signal, this.options.responseTimeoutMs);
     } catch (err) {
-      client?.release(true);
-      client = undefined;
       if (!signal.aborted) this.emit({ type: 'group:index', consumer, stream, partitions, error: err });
-    } finally {
-      signal.removeEventListener('abort', cancel);
-      client?.release();
     }
   }
 

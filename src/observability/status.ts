@@ -64,6 +64,8 @@ export interface TidemarkStatus {
     moves: number;
     updatedAt: Date;
   }[];
+  /** The groups whose re-partition is pending (PROTOCOL §6.6): the count asked for, and the barrier the old split reads up to. */
+  repartitions: { consumer: string; stream: string; partitions: number; nextPartitions: number; barrier: bigint }[];
 }
 
 /** A writer holding safe_seq back (see `blocking_writers()` in docs/PROTOCOL.md). */
@@ -172,6 +174,12 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
         `SELECT consumer, stream, partition, partitions, holder, holder_live, seq::text, lag::text, moves::text, updated_at FROM ${s}.group_partitions()`,
       )
     : { rows: [], visible: false };
+  const repartitions = groups.rows.length > 0
+    ? await ifVisible<{ consumer: string; stream: string; partitions: number; next_partitions: number; barrier: string }>(
+        db,
+        `SELECT g.consumer, g.stream, g.partitions, g.next_partitions, g.barrier::text FROM ${s}.groups g WHERE g.next_partitions IS NOT NULL ORDER BY g.consumer, g.stream`,
+      )
+    : { rows: [], visible: false };
   return {
     schema,
     safeSeq,
@@ -218,5 +226,6 @@ export async function readStatus(db: Queryable, schema: string, options: ReadSta
       moves: Number(r.moves),
       updatedAt: r.updated_at,
     })),
+    repartitions: repartitions.rows.map((r) => ({ consumer: r.consumer, stream: r.stream, partitions: r.partitions, nextPartitions: r.next_partitions, barrier: BigInt(r.barrier) })),
   };
 }

@@ -29,7 +29,7 @@ test('--version prints the version of package.json', async () => {
 
 test("every command's --help lists the global options", async () => {
   const names = program().commands.map((c) => c.name());
-  assert.deepEqual(names, ['migrate', 'serve', 'relay', 'append', 'watermark', 'tail', 'prune', 'status', 'cursor', 'dead-letters', 'demo']);
+  assert.deepEqual(names, ['migrate', 'serve', 'relay', 'append', 'watermark', 'tail', 'prune', 'status', 'cursor', 'group', 'dead-letters', 'demo']);
   for (const name of names) {
     const help = helpOf(name);
     assert.match(help, /^Global Options:$/m, name);

@@ -1,5 +1,6 @@
 import { readStatus, type TidemarkStatus } from '../../observability/status.js';
 import { json, openDatabase, type GlobalOptions } from '../context.js';
+import { shellWord } from '../shell-word.js';
 
 /** Columns padded to their widest cell, two spaces apart. */
 export function table(headers: string[], rows: string[][]): string {
@@ -65,6 +66,10 @@ function groupLines(s: TidemarkStatus): string[] {
         String(g.moves),
         g.updatedAt.toISOString(),
       ]),
+    ),
+    ...s.repartitions.map(
+      (r) =>
+        `re-partition pending: ${r.consumer} on ${r.stream}, ${r.partitions} -> ${r.nextPartitions} partitions at seq ${r.barrier}; the pages read up to there until \`tidemark group repartition --consumer ${shellWord(r.consumer)} --stream ${shellWord(r.stream)} --partitions ${r.nextPartitions}\` switches`,
     ),
   ];
 }
