@@ -219,6 +219,123 @@ $$;
 REVOKE EXECUTE ON FUNCTION {{schema}}.repartition_group(text, text, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {{schema}}.finish_repartition(text, text) FROM PUBLIC;
 
+-- Creates the group of (consumer, stream) with p_partitions partitions,
+-- every cursor at 0, unless it exists; the caller holds the group's
+-- advisory lock (group_beat, lock_group). A consumer's own cursor of the
+-- same name would be a second position of the same consumer: refused. The
+-- cursor's lock key makes a tailer creating that cursor meanwhile wait (or
+-- fail).
+CREATE FUNCTION {{schema}}.create_group(p_function text, p_consumer text, p_stream text, p_partitions integer) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_key bigint := {{schema}}.checked_cursor_key(p_function, p_consumer, p_stream);
+  v_partitions integer;
+BEGIN
+  IF EXISTS (SELECT 1 FROM {{schema}}.groups g WHERE g.consumer = p_consumer AND g.stream = p_stream) THEN
+    RETURN;
+  END IF;
+  IF NOT pg_catalog.pg_try_advisory_xact_lock(v_key)
+     OR EXISTS (SELECT 1 FROM {{schema}}.cursors c WHERE c.consumer = p_consumer AND c.stream = p_stream) THEN
+    RAISE EXCEPTION 'tidemark: %: consumer % on stream % already has a cursor of its own: a group needs a consumer name of its own', p_function, pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM007';
+  END IF;
+  INSERT INTO {{schema}}.groups (consumer, stream, partitions) VALUES (p_consumer, p_stream, p_partitions)
+  ON CONFLICT DO NOTHING;
+  SELECT g.partitions INTO v_partitions FROM {{schema}}.groups g
+   WHERE g.consumer = p_consumer AND g.stream = p_stream;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'tidemark: %: the group of consumer % on stream % exists but this role may not use it', p_function, pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'insufficient_privilege',
+            HINT = 'The owner grants consumers with SELECT tidemark.grant_consumer(role, ARRAY[consumer]).';
+  END IF;
+  INSERT INTO {{schema}}.partition_cursors (consumer, stream, partition)
+  SELECT p_consumer, p_stream, p FROM pg_catalog.generate_series(0, v_partitions - 1) p
+  ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- Bootstrap of a group (docs/PROTOCOL.md section 7): in the REPEATABLE
+-- READ transaction of the snapshot, creates the group (p_partitions) if it
+-- is new, and locks every partition row until the transaction ends, so
+-- that set_group_cursors moves them all to the snapshot's seq at its
+-- commit. Refused while a member's lease is live (TM001: stop the members
+-- first, as a consumer's own bootstrap is refused while a tailer holds its
+-- cursor), while a page of the group is open (55P03), with another count
+-- than the group's (TM007), and while a re-partition is pending (TM007).
+-- Returns the lowest cursor before.
+CREATE FUNCTION {{schema}}.lock_group(p_consumer text, p_stream text, p_partitions integer) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  g record;
+  v_member text;
+  v_prior bigint;
+BEGIN
+  PERFORM {{schema}}.checked_cursor_key('lock_group', p_consumer, p_stream);
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1024 THEN
+    RAISE EXCEPTION 'tidemark: lock_group: partitions must be between 1 and 1024, got %', coalesce(p_partitions::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
+    RAISE EXCEPTION 'tidemark: lock_group must run in the REPEATABLE READ transaction of the snapshot, not %', pg_catalog.current_setting('transaction_isolation')
+      USING ERRCODE = 'TM003';
+  END IF;
+  PERFORM pg_catalog.pg_advisory_xact_lock({{schema}}.partition_key(p_consumer, p_stream, -1));
+  PERFORM {{schema}}.create_group('lock_group', p_consumer, p_stream, p_partitions);
+  SELECT x.partitions, x.next_partitions INTO g FROM {{schema}}.groups x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  IF g.partitions <> p_partitions OR g.next_partitions IS NOT NULL THEN
+    RAISE EXCEPTION 'tidemark: lock_group: the group of consumer % on stream % has % partitions, not %', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream), g.partitions,
+        p_partitions::text || CASE WHEN g.next_partitions IS NOT NULL THEN pg_catalog.format(' (a re-partition to %s is pending: finish or cancel it first)', g.next_partitions) ELSE '' END
+      USING ERRCODE = 'TM007';
+  END IF;
+  -- The members' leases as they are now (by the clock, read in this
+  -- snapshot: a member that joined since is refused at its first page,
+  -- since it can take no locked row).
+  SELECT m.member INTO v_member FROM {{schema}}.group_members m
+   WHERE m.consumer = p_consumer AND m.stream = p_stream AND m.lease_expires_at > pg_catalog.clock_timestamp()
+   ORDER BY m.member LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'tidemark: lock_group: member % of the group of consumer % on stream % holds a live lease: stop the members first', pg_catalog.quote_literal(v_member), pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM001';
+  END IF;
+  SELECT pg_catalog.min(l.seq) INTO v_prior FROM (
+    SELECT x.seq FROM {{schema}}.partition_cursors x
+     WHERE x.consumer = p_consumer AND x.stream = p_stream
+     ORDER BY x.partition
+       FOR NO KEY UPDATE NOWAIT) l;
+  PERFORM pg_catalog.set_config('tidemark.group_locked', {{schema}}.checked_cursor_key('lock_group', p_consumer, p_stream)::text, true);
+  RETURN v_prior;
+END
+$$;
+
+-- Bootstrap's commit for a group: every partition cursor to p_seq (the
+-- snapshot's point), free, in the transaction lock_group locked them in.
+CREATE FUNCTION {{schema}}.set_group_cursors(p_consumer text, p_stream text, p_seq bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_key bigint := {{schema}}.checked_cursor_key('set_group_cursors', p_consumer, p_stream);
+BEGIN
+  -- Only in lock_group's transaction, which locked the rows.
+  IF pg_catalog.current_setting('tidemark.group_locked', true) IS DISTINCT FROM v_key::text THEN
+    RAISE EXCEPTION 'tidemark: set_group_cursors: the group of consumer % on stream % was not locked in this transaction', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
+      USING ERRCODE = 'TM004',
+            HINT = 'Call lock_group first, in the same REPEATABLE READ transaction as the snapshot.';
+  END IF;
+  IF p_seq IS NULL OR p_seq < 0 THEN
+    RAISE EXCEPTION 'tidemark: set_group_cursors: seq must be 0 or more, got %', coalesce(p_seq::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  UPDATE {{schema}}.partition_cursors pc SET seq = p_seq, holder = NULL, updated_at = pg_catalog.now()
+   WHERE pc.consumer = p_consumer AND pc.stream = p_stream;
+END
+$$;
+
 -- group_beat (version 15), but a member with a live lease is let in whatever
 -- count it gives, and one may join with a pending re-partition's count.
 CREATE OR REPLACE FUNCTION {{schema}}.group_beat(p_consumer text, p_stream text, p_partitions integer, p_member text, p_ttl_ms integer)
@@ -253,26 +370,9 @@ BEGIN
   SELECT g.partitions, g.next_partitions, g.since_seq INTO v_partitions, v_next, v_since FROM {{schema}}.groups g
    WHERE g.consumer = p_consumer AND g.stream = p_stream;
   IF NOT FOUND THEN
-    -- First use. A consumer's own cursor of the same name would be a
-    -- second position of the same consumer: refused. The cursor's lock
-    -- key makes a tailer creating that cursor meanwhile wait (or fail).
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(v_key)
-       OR EXISTS (SELECT 1 FROM {{schema}}.cursors c WHERE c.consumer = p_consumer AND c.stream = p_stream) THEN
-      RAISE EXCEPTION 'tidemark: group_beat: consumer % on stream % already has a cursor of its own: a group needs a consumer name of its own', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
-        USING ERRCODE = 'TM007';
-    END IF;
-    INSERT INTO {{schema}}.groups (consumer, stream, partitions) VALUES (p_consumer, p_stream, p_partitions)
-    ON CONFLICT DO NOTHING;
+    PERFORM {{schema}}.create_group('group_beat', p_consumer, p_stream, p_partitions);
     SELECT g.partitions INTO v_partitions FROM {{schema}}.groups g
      WHERE g.consumer = p_consumer AND g.stream = p_stream;
-    IF NOT FOUND THEN
-      RAISE EXCEPTION 'tidemark: group_beat: the group of consumer % on stream % exists but this role may not use it', pg_catalog.quote_literal(p_consumer), pg_catalog.quote_literal(p_stream)
-        USING ERRCODE = 'insufficient_privilege',
-              HINT = 'The owner grants consumers with SELECT tidemark.grant_consumer(role, ARRAY[consumer]).';
-    END IF;
-    INSERT INTO {{schema}}.partition_cursors (consumer, stream, partition)
-    SELECT p_consumer, p_stream, p FROM pg_catalog.generate_series(0, v_partitions - 1) p
-    ON CONFLICT DO NOTHING;
   END IF;
   -- A member joins with the group's count, or with the count a pending
   -- re-partition asks for (version 17); one already in (a live lease)

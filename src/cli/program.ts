@@ -184,7 +184,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .description('deliver a stream to stdout, advancing a durable cursor')
     .requiredOption('--consumer <name>', 'consumer name (the cursor is per consumer and stream)')
     .requiredOption('--stream <name>', 'stream to follow')
-    .option('--bootstrap', 'first move the cursor to the present (a fresh snapshot point)')
+    .option('--bootstrap', "first move the cursor to the present (a fresh snapshot point); with --partitions, every partition's cursor (refused while another member runs)")
     .option('--once', 'deliver what is visible now, then exit')
     .option('--json', 'NDJSON output, payload and headers as PostgreSQL\'s text (default: tab-separated seq, kind, key, payload, escaped as COPY text)')
     .option('--limit <n>', 'stop after n events')

@@ -43,7 +43,12 @@ export interface BootstrapSnapshot {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-/** Opens a bootstrap snapshot; see {@link BootstrapSnapshot}. */
+/**
+ * Opens a bootstrap snapshot; see {@link BootstrapSnapshot}. With `group`,
+ * of the consumer's group of that many partitions (created if new): every
+ * partition row is locked in the snapshot's transaction (`lock_group`),
+ * and `commit()` moves them all to the snapshot's point.
+ */
 export async function openBootstrap(
   pool: pg.Pool,
   options: ResolvedStreamClientOptions,
@@ -52,6 +57,7 @@ export async function openBootstrap(
   stream: string,
   signal: AbortSignal | undefined,
   onClose: (snapshot: BootstrapSnapshot) => void,
+  group?: { partitions: number },
 ): Promise<BootstrapSnapshot> {
   const s = quoteIdent(options.schema);
   const hold = await CursorHold.open(pool, options.schema, consumer, stream, signal, options.lockTimeoutMs + options.responseTimeoutMs);
@@ -59,7 +65,7 @@ export async function openBootstrap(
   const fence = fenceKey(options.schema).toString();
   let inTransaction = false;
   try {
-    await client.query(sql.ensureCursor, [consumer, stream]);
+    if (!group) await client.query(sql.ensureCursor, [consumer, stream]);
     // The snapshot point is taken under the exclusive fence, and the whole
     // fenced section is one simple-protocol message that the server runs
     // back to back: the fence is never held while the server waits for this
@@ -68,15 +74,16 @@ export async function openBootstrap(
     inTransaction = true;
     let prior: { seq: string } | undefined;
     try {
-      prior = (
-        await client.query<{ seq: string }>(`SELECT seq FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 FOR NO KEY UPDATE`, [consumer, stream])
-      ).rows[0];
+      prior = group
+        ? (await client.query<{ seq: string }>(`SELECT ${s}.lock_group($1, $2, $3)::text AS seq`, [consumer, stream, group.partitions])).rows[0]
+        : (await client.query<{ seq: string }>(`SELECT seq FROM ${s}.cursors WHERE consumer = $1 AND stream = $2 FOR NO KEY UPDATE`, [consumer, stream])).rows[0];
     } catch (err) {
       throw hold.contention(err);
     }
     if (!prior) throw new CursorContentionError(consumer, stream); // deleted under us by a foreign session
     signal?.throwIfAborted();
-    return new Snapshot(hold, sql.advance, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
+    const commitSql = group ? `SELECT ${s}.set_group_cursors($1, $2, $3)` : sql.advance;
+    return new Snapshot(hold, commitSql, consumer, stream, safeSeq, BigInt(prior.seq), onClose);
   } catch (err) {
     // takeSnapshot leaves the connection clean or marked broken; after it,
     // the open transaction is rolled back (a failed rollback marks it broken).

@@ -80,7 +80,7 @@ export type ConsumerEvent =
   /** `tail` failed with a retryable error (`error`) and runs again after `delayMs`; `attempt` counts failures since the last page that committed. */
   | { type: 'retry'; consumer: string; stream: string; error: unknown; attempt: number; delayMs: number; partition?: number }
   /** A group member's beat (`tailGroup`): the partitions it holds now, when they changed. */
-  | { type: 'group:assignment'; consumer: string; stream: string; member: string; partitions: number[] }
+  | { type: 'group:assignment'; consumer: string; stream: string; member: string; partitions: number[]; count: number }
   /** A page of `partition` was refused (SQLSTATE TM008, `error`): the partition is another member's now, or the lease the page began under ended; the member stops paging it until a beat returns it. */
   | { type: 'group:fenced'; consumer: string; stream: string; member: string; partition: number; error: unknown }
   /** The group's partition index could not be created (`error`): pages of a partition read past the other partitions' events. */

@@ -295,6 +295,7 @@ export class StreamClient {
     let indexed: number | undefined;
     let count = group.partitions;
     let held: number[] = [];
+    let heldOf = group.partitions;
     let attempt = 0;
     try {
       for (;;) {
@@ -358,9 +359,10 @@ export class StreamClient {
             });
           running.add(done);
         }
-        if (now.join() !== held.join()) {
+        if (now.join() !== held.join() || count !== heldOf) {
           held = now;
-          this.emit({ type: 'group:assignment', consumer, stream, member: group.member, partitions: now });
+          heldOf = count;
+          this.emit({ type: 'group:assignment', consumer, stream, member: group.member, partitions: now, count });
         }
         await sleep(nextBeatMs, stop.signal);
       }
@@ -494,6 +496,28 @@ export class StreamClient {
     if (this.closed) throw new ClosedError('StreamClient');
     validateNames(consumer, stream);
     const snapshot = await openBootstrap(this.pool, this.options, this.sql, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed));
+    if (this.closed) {
+      await snapshot.close();
+      throw new ClosedError('StreamClient');
+    }
+    this.snapshots.add(snapshot);
+    return snapshot;
+  }
+
+  /**
+   * {@link bootstrap} for `consumer`'s group on `stream` (PROTOCOL §7):
+   * the same snapshot, and `commit()` moves every partition's cursor to its
+   * point. A new group is created with `partitions` (default 16); an
+   * existing one must have that count. Refused (`CursorContentionError`)
+   * while a member's lease is live or a page of the group is open: stop
+   * the members first, rebuild, commit, then start them again.
+   */
+  async bootstrapGroup(consumer: string, stream: string, options: { partitions?: number; signal?: AbortSignal } = {}): Promise<BootstrapSnapshot> {
+    checkCallOptions(options, { partitions: true, signal: true }, 'bootstrapGroup');
+    if (this.closed) throw new ClosedError('StreamClient');
+    validateNames(consumer, stream);
+    const { partitions } = resolveGroupOptions({ partitions: options.partitions, member: 'bootstrap' });
+    const snapshot = await openBootstrap(this.pool, this.options, this.sql, consumer, stream, options.signal, (closed) => this.snapshots.delete(closed), { partitions });
     if (this.closed) {
       await snapshot.close();
       throw new ClosedError('StreamClient');

@@ -71,6 +71,11 @@ test('tail --partitions refuses another partition count, and flags of a consumer
   assert.notEqual(other.code, 0);
   assert.equal(other.stderr.trim().split('\n').length, 1, other.stderr);
   assert.match(other.stderr, /has 4 partitions, not 8/);
+  assert.equal(other.code, 2, 'a group refused is a usage error');
+  // --bootstrap of a group is refused while a member runs (exit 1: try again once it stopped).
+  const busy = await cli(['tail', '--consumer', 'mailer', '--stream', 's', '--partitions', '4', '--bootstrap'], { env });
+  assert.equal(busy.code, 1, busy.stderr);
+  assert.equal(busy.stderr.trim().split('\n').length, 1, busy.stderr);
   for (const [args, message] of [
     [['--partitions', '4', '--once'], /--partitions: .*--once/],
     [['--partitions', '0'], /--partitions/],
@@ -84,4 +89,17 @@ test('tail --partitions refuses another partition count, and flags of a consumer
   }
   first.kill('SIGTERM');
   assert.equal(await exited(first), 0);
+
+  // Stopped: --bootstrap moves every partition's cursor to the present, then the member runs.
+  assert.equal((await cli(['append', '--stream', 's', '--kind', 'k', '--key', 'a'], { env })).code, 0);
+  assert.equal((await cli(['watermark', '--once'], { env })).code, 0);
+  const boot = startCli(['tail', '--consumer', 'mailer', '--stream', 's', '--partitions', '4', '--member', 'one', '--bootstrap', '--json'], { env });
+  t.after(() => boot.kill('SIGKILL'));
+  const said = watchStderr(boot);
+  await said.next(/^tidemark: bootstrapped mailer on s: every partition's cursor -> 1$/m);
+  await said.next(/member one holds partitions 0,1,2,3 of 4/);
+  boot.kill('SIGTERM');
+  assert.equal(await exited(boot), 0);
+  const cursors = await db.observer.query<{ seq: string }>('SELECT DISTINCT seq::text FROM tidemark.partition_cursors');
+  assert.deepEqual(cursors.rows, [{ seq: '1' }]);
 });

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, test } from 'node:test';
-import { createMetrics, InvalidOptionsError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
+import { createMetrics, CursorContentionError, InvalidOptionsError, Pruner, ResyncRequiredError, StreamClient, Watermarker, type ConsumerEvent } from '../../src/index.js';
 import { closeAdmin, testDb, waitFor, type TestDb } from '../support/db.js';
 
 after(closeAdmin);
@@ -292,4 +292,55 @@ test('a member beats again once another member\'s lease ends, not a beat interva
   assert.equal(b.rowCount, 0, 'b forgotten');
   stop.abort(new Error('done'));
   await assert.rejects(run, { message: 'done' });
+});
+
+test('retention past a stopped group: its member ends with ResyncRequiredError; bootstrapGroup (refused while a member runs) moves every partition cursor to the snapshot with the rebuild, and the members go on from there', async (t) => {
+  const db = await testDb(t);
+  await db.observer.query('CREATE TABLE totals (key text PRIMARY KEY, n int NOT NULL)');
+  const pool = db.pool({ max: 10 });
+  const watermarker = new Watermarker(pool, { owner: 'test' });
+  db.defer(() => watermarker.close());
+  const handler = async (event: { key: string }, tx: { query: (sql: string, values: unknown[]) => Promise<unknown> }) => {
+    await tx.query('INSERT INTO totals (key, n) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET n = totals.n + 1', [event.key]);
+  };
+  const member = (client: StreamClient, signal: AbortSignal) => client.tailGroup('g', 's', handler, { partitions: 4, member: 'm', leaseTtlMs: 2000, signal });
+
+  // The group exists with its cursors at 0; retention then removes what it never read.
+  const client = new StreamClient(pool, { pollIntervalMs: 50 });
+  db.defer(() => client.close());
+  const first = new AbortController();
+  const running = member(client, first.signal);
+  running.catch(() => undefined);
+  await waitFor('the group', async () => (await db.observer.query('SELECT 1 FROM tidemark.partition_cursors')).rowCount === 4);
+  first.abort(new Error('stopped'));
+  await assert.rejects(running, { message: 'stopped' });
+  await append(db, watermarker, 40, 8);
+  await new Pruner(pool, { retentionMs: 0, allowShortRetention: true }).prune();
+  await assert.rejects(member(client, new AbortController().signal), (err: unknown) => err instanceof ResyncRequiredError);
+
+  // Refused while a member's lease is live.
+  const beat = await db.session('beat');
+  await beat.query(`SELECT * FROM tidemark.group_beat('g', 's', 4, 'other', 60000)`);
+  await assert.rejects(client.bootstrapGroup('g', 's', { partitions: 4 }), (err: unknown) => err instanceof CursorContentionError && /member 'other'/.test(String((err.cause as Error).message)));
+  await beat.query(`SELECT tidemark.leave_group('g', 's', 'other')`);
+  await assert.rejects(client.bootstrapGroup('g', 's', { partitions: 8 }), /has 4 partitions, not 8/);
+
+  // The rebuild: totals from the events of the snapshot (what retention
+  // kept is nothing here, so the application's own data: none), committed
+  // with every cursor at the snapshot's point.
+  const snap = await client.bootstrapGroup('g', 's', { partitions: 4 });
+  assert.equal(snap.priorSeq, 0n);
+  await snap.tx.query('DELETE FROM totals');
+  await snap.commit();
+  const cursors = await db.observer.query<{ seq: string; holder: string | null }>('SELECT seq, holder FROM tidemark.partition_cursors ORDER BY partition');
+  assert.deepEqual(cursors.rows, Array.from({ length: 4 }, () => ({ seq: snap.safeSeq.toString(), holder: null })));
+
+  // The members go on from there: only what comes after.
+  await append(db, watermarker, 16, 8, 40);
+  const second = new AbortController();
+  const again = member(client, second.signal);
+  again.catch(() => undefined);
+  await waitFor('the new events', async () => (await db.observer.query<{ n: number }>('SELECT coalesce(sum(n), 0)::int AS n FROM totals')).rows[0]!.n === 16);
+  second.abort(new Error('done'));
+  await assert.rejects(again, { message: 'done' });
 });

@@ -109,8 +109,8 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   }
   const from = options.from === undefined ? undefined : cursorTarget(options.from, '--from');
   const group = groupOptions(options);
-  if (group && (options.once || options.bootstrap || from !== undefined)) {
-    throw new CliError(`--partitions: a group member follows its partitions; ${options.once ? '--once' : options.bootstrap ? '--bootstrap' : '--from'} is for a consumer's own cursor`);
+  if (group && (options.once || from !== undefined)) {
+    throw new CliError(`--partitions: a group member follows its partitions; ${options.once ? '--once' : '--from'} is for a consumer's own cursor`);
   }
   if (from !== undefined && options.bootstrap) {
     throw new CliError('--from: sets where a new consumer starts; --bootstrap moves this one to the present: give one of them');
@@ -139,7 +139,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
           }
           if (event.type === 'retry') retries.failed(explain(event.error, { url: db.url }).message, event.attempt);
           if (event.type === 'group:assignment') {
-            console.error(`tidemark: tail: member ${event.member} holds ${event.partitions.length === 0 ? 'no partition' : `partitions ${event.partitions.join(',')}`} of ${group!.partitions}`);
+            console.error(`tidemark: tail: member ${event.member} holds ${event.partitions.length === 0 ? 'no partition' : `partitions ${event.partitions.join(',')}`} of ${event.count}`);
           }
           if (event.type === 'group:index') {
             console.error(`tidemark: tail: the partition index was not created (${explain(event.error, { url: db.url }).message}); pages read past other partitions' events: run "SELECT ${options.schema}.partition_index_ddl(${group!.partitions})" as the table's owner and execute its statement`);
@@ -156,9 +156,11 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   try {
     if (from !== undefined) await setCursor(db.pool, options.consumer, options.stream, from, { schema: options.schema, onlyIfNew: true }).catch(refusedAs('--from'));
     if (options.bootstrap) {
-      const snap = await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
+      const snap = group
+        ? await client.bootstrapGroup(options.consumer, options.stream, { partitions: group.partitions, signal: stop.signal })
+        : await client.bootstrap(options.consumer, options.stream, { signal: stop.signal });
       await snap.commit();
-      console.error(`tidemark: bootstrapped ${options.consumer} on ${options.stream}: cursor ${snap.priorSeq} -> ${snap.safeSeq}`);
+      console.error(`tidemark: bootstrapped ${options.consumer} on ${options.stream}: ${group ? "every partition's cursor" : `cursor ${snap.priorSeq}`} -> ${snap.safeSeq}`);
     }
     let delivered = 0;
     // A page's lines are written together once its handlers ran, and the
@@ -192,7 +194,7 @@ export async function tailCommand(options: TailCommandOptions): Promise<number> 
   } catch (err) {
     if (err instanceof ResyncRequiredError) {
       throw new CliError(
-        `${err.message}. Rebuild what this consumer feeds, then run: tidemark tail --consumer ${options.consumer} --stream ${options.stream} --bootstrap`,
+        `${err.message}. Rebuild what this consumer feeds, then run: tidemark tail --consumer ${options.consumer} --stream ${options.stream}${group ? ` --partitions ${group.partitions}` : ''} --bootstrap`,
         RESYNC_EXIT,
       );
     }
