@@ -61,7 +61,13 @@ CREATE TYPE {{schema}}.repartition_state AS (
 -- until it ends; the caller's lock_timeout bounds the wait) and holds
 -- every partition row meanwhile, so no page runs beside the switch.
 -- Returns the state after (next_partitions NULL: switched, or nothing was
--- pending). The schema owner's call, like repartition_group.
+-- pending; behind NULL: not every row could be held, call again). The
+-- schema owner's call, like repartition_group.
+--
+-- Lock order: the partition rows, then the groups row, then (for the
+-- switch only) the group's advisory lock. Pages hold one row each and wait
+-- for no other; beats pass over locked rows and take the advisory lock
+-- only; repartition_group takes only the groups row: no cycle.
 CREATE FUNCTION {{schema}}.finish_repartition(p_consumer text, p_stream text) RETURNS {{schema}}.repartition_state
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -70,7 +76,11 @@ DECLARE
   g record;
   r record;
   v_state {{schema}}.repartition_state;
+  v_rows integer;
+  v_held integer;
   v_max bigint;
+  v_min bigint;
+  v_pruned bigint;
   v_barrier bigint;
   v_behind boolean;
 BEGIN
@@ -87,17 +97,16 @@ BEGIN
   END IF;
   IF g.next_partitions IS NOT NULL THEN
     -- Every partition row, locked in partition order, waiting for the
-    -- page that holds one (pages hold one row each and wait for no other:
-    -- no deadlock). Beats pass over locked rows, so none waits for this.
-    -- In READ COMMITTED the rows locked are their latest versions.
+    -- page that holds one. In READ COMMITTED the rows locked are their
+    -- latest versions.
     PERFORM FROM {{schema}}.partition_cursors x
       WHERE x.consumer = p_consumer AND x.stream = p_stream
       ORDER BY x.partition
         FOR NO KEY UPDATE;
   END IF;
-  -- Then the group: one beat or switch of it at a time (taken after the
-  -- rows, so that beats never wait behind a page).
-  PERFORM pg_catalog.pg_advisory_xact_lock({{schema}}.partition_key(p_consumer, p_stream, -1));
+  -- The group's row: one re-partition request or switch at a time, and
+  -- what is pending read again under it (a request may have committed
+  -- since the read above, which saw none and locked nothing).
   SELECT x.partitions, x.next_partitions, x.barrier, x.since_seq INTO g FROM {{schema}}.groups x
    WHERE x.consumer = p_consumer AND x.stream = p_stream
      FOR NO KEY UPDATE;
@@ -105,11 +114,37 @@ BEGIN
   IF g.next_partitions IS NULL THEN
     RETURN v_state;
   END IF;
+  -- Every row of the group held by this transaction now (rows it locked
+  -- above come back; an unlocked one is locked here; one a page holds is
+  -- skipped): otherwise a page may be open, and the switch waits for a
+  -- later call (the first review of section 6.6: a request committed
+  -- between the first read and this one left the rows unlocked, and the
+  -- switch wrote the barrier over a page's newer cursor).
+  SELECT pg_catalog.count(*)::integer INTO v_rows FROM {{schema}}.partition_cursors x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  SELECT pg_catalog.count(*)::integer INTO v_held FROM (
+    SELECT 1 FROM {{schema}}.partition_cursors x
+     WHERE x.consumer = p_consumer AND x.stream = p_stream
+       FOR NO KEY UPDATE SKIP LOCKED) l;
+  IF v_held < v_rows THEN
+    v_state.behind := NULL;
+    RETURN v_state;
+  END IF;
+  SELECT pg_catalog.max(x.seq), pg_catalog.min(x.seq) INTO v_max, v_min FROM {{schema}}.partition_cursors x
+   WHERE x.consumer = p_consumer AND x.stream = p_stream;
+  -- A partition whose events retention removed before it applied them
+  -- must resync (TM002), as its pages say: the switch would move its
+  -- cursor past the loss in silence (the first review).
+  SELECT h.pruned_through_seq INTO v_pruned FROM {{schema}}.horizons h WHERE h.stream = p_stream;
+  IF v_pruned > v_min THEN
+    RAISE EXCEPTION 'tidemark: finish_repartition: retention removed events of stream % above a partition cursor of consumer % (cursor %, pruned through %)',
+        pg_catalog.quote_literal(p_stream), pg_catalog.quote_literal(p_consumer), v_min, v_pruned
+      USING ERRCODE = 'TM002',
+            HINT = 'Stop the members, rebuild from a bootstrap snapshot (tail --partitions N --bootstrap), then finish or cancel the re-partition.';
+  END IF;
   -- A page that began before the barrier was recorded may have read past
   -- it: the new split then starts at its cursor, and every other old
   -- partition drains up to there first.
-  SELECT pg_catalog.max(x.seq) INTO v_max FROM {{schema}}.partition_cursors x
-   WHERE x.consumer = p_consumer AND x.stream = p_stream;
   v_barrier := GREATEST(g.barrier, v_max);
   IF v_barrier > g.barrier THEN
     UPDATE {{schema}}.groups x SET barrier = v_barrier
@@ -118,7 +153,7 @@ BEGIN
   END IF;
   -- Which old partitions still have events to apply up to the barrier.
   -- Every event at or below it is final: the barrier is a safe_seq, or a
-  -- cursor, which never passes one.
+  -- cursor, which never passes one. (No advisory lock yet: beats go on.)
   FOR r IN SELECT x.partition, x.seq FROM {{schema}}.partition_cursors x
             WHERE x.consumer = p_consumer AND x.stream = p_stream AND x.seq < v_barrier LOOP
     EXECUTE pg_catalog.format(
@@ -133,6 +168,9 @@ BEGIN
   IF v_state.behind > 0 THEN
     RETURN v_state;
   END IF;
+  -- The switch, under the group's advisory lock: no beat decides from the
+  -- old split meanwhile.
+  PERFORM pg_catalog.pg_advisory_xact_lock({{schema}}.partition_key(p_consumer, p_stream, -1));
 
   -- The switch. Every cursor starts at the barrier. A partition number
   -- keeps a live holder (the split gives partition p to live member
@@ -192,7 +230,8 @@ BEGIN
     RAISE EXCEPTION 'tidemark: repartition_group: partitions must be between 1 and 1024, got %', coalesce(p_partitions::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  PERFORM pg_catalog.pg_advisory_xact_lock({{schema}}.partition_key(p_consumer, p_stream, -1));
+  -- The groups row serialises requests and switches (finish_repartition
+  -- takes it after the partition rows, and this takes no other lock).
   SELECT x.partitions, x.next_partitions, x.barrier INTO g FROM {{schema}}.groups x
    WHERE x.consumer = p_consumer AND x.stream = p_stream
      FOR NO KEY UPDATE;
@@ -526,8 +565,11 @@ BEGIN
   END IF;
   -- A re-partition is pending (version 17): the old split reads nothing
   -- above its barrier, which the new split starts from.
+  -- Never below the cursor: a page that read past a barrier it did not
+  -- see moved the cursor above it, and finish_repartition raises the
+  -- barrier there (a bound below the cursor would refuse every advance).
   IF v_barrier < safe_seq THEN
-    safe_seq := v_barrier;
+    safe_seq := LEAST(safe_seq, GREATEST(v_barrier, cursor));
   END IF;
   IF v_pruned > cursor THEN
     RAISE EXCEPTION 'tidemark: retention removed events of stream % above partition % of consumer % (cursor %, pruned through %)',

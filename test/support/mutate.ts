@@ -49,6 +49,30 @@ const REPARTITION = 'sql/migrations/0017_repartition.sql';
 
 const MUTANTS: Mutant[] = [
   {
+    id: 'repartition-rows-not-all-held',
+    what: 'the switch goes on without holding every partition row: a request committed while it waited leaves a page open beside it',
+    file: REPARTITION,
+    find: '  IF v_held < v_rows THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/groups-repartition-review'],
+  },
+  {
+    id: 'repartition-past-horizon',
+    what: 'the switch moves a partition cursor past events retention removed before it applied them, in silence',
+    file: REPARTITION,
+    find: '  IF v_pruned > v_min THEN',
+    replace: '  IF false THEN',
+    tests: ['consumer/groups-repartition-review'],
+  },
+  {
+    id: 'repartition-bound-below-cursor',
+    what: 'a page of a partition that read past a barrier it did not see is bounded below its own cursor: every advance is refused',
+    file: REPARTITION,
+    find: '    safe_seq := LEAST(safe_seq, GREATEST(v_barrier, cursor));',
+    replace: '    safe_seq := v_barrier;',
+    tests: ['consumer/groups-repartition-review'],
+  },
+  {
     id: 'group-bootstrap-beside-member',
     what: 'a group\'s bootstrap goes on while a member holds a live lease: its pages and the bootstrap both set the cursors',
     file: REPARTITION,
@@ -62,7 +86,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '  IF v_barrier < safe_seq THEN',
     replace: '  IF false THEN',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'repartition-no-raise',
@@ -70,7 +94,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '  v_barrier := GREATEST(g.barrier, v_max);',
     replace: '  v_barrier := g.barrier;',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'repartition-undrained',
@@ -78,7 +102,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '  IF v_state.behind > 0 THEN',
     replace: '  IF false THEN',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'repartition-beside-page',
@@ -86,7 +110,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '      ORDER BY x.partition\n        FOR NO KEY UPDATE;',
     replace: '      ORDER BY x.partition;',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'repartition-any-count-joins',
@@ -94,7 +118,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '  IF p_partitions <> v_partitions AND p_partitions IS DISTINCT FROM v_next\n',
     replace: '  IF false\n',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'repartition-waits-on-barrier',
@@ -102,7 +126,7 @@ const MUTANTS: Mutant[] = [
     file: REPARTITION,
     find: '  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v_safe, v_last);',
     replace: '  v_done := {{schema}}.remember_page(v.key, v.cursor, v_through, v.safe_seq, v_last);',
-    tests: ['consumer/groups-repartition'],
+    tests: ['consumer/groups-repartition.test', 'consumer/groups-repartition-review'],
   },
   {
     id: 'group-dead-letter-unfenced',

@@ -36,7 +36,10 @@ export async function groupRepartitionCommand(options: RepartitionCommandOptions
     const group = `consumer ${JSON.stringify(consumer)} on stream ${JSON.stringify(stream)}`;
     let said = '';
     const progress = (s: RepartitionState) => {
-      const line = `waiting: ${s.behind} of ${s.partitions} partitions still have events to apply up to seq ${s.barrier}`;
+      const line =
+        s.behind === null
+          ? 'waiting: a page of the group is open'
+          : `waiting: ${s.behind} of ${s.partitions} partitions still have events to apply up to seq ${s.barrier}`;
       if (line !== said && !options.json) console.error(line);
       said = line;
     };
