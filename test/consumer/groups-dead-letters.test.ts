@@ -278,7 +278,11 @@ test('a dead letter\'s record refused by the fence (the lease its page began und
   await waitFor('the dead letter\'s page to wait on the blocker', async () =>
     (await db.observer.query(`SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, [
       `%read_partition_page('g', 's', ${member.partition}, 'a', 1)%`,
-    ])).rowCount === 1);
+    ])).rowCount === 1).catch(async (err: Error) => {
+    // What the sessions were doing instead, and what the member reported.
+    const activity = await db.observer.query(`SELECT state, wait_event_type, wait_event, left(query, 200) AS query FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_pid()`);
+    throw new Error(`${err.message}; sessions: ${JSON.stringify(activity.rows)}; member events: ${JSON.stringify(member.seen.map((e) => [e.type, 'seq' in e ? String(e.seq) : undefined, 'error' in e ? String(e.error) : undefined]))}`);
+  });
   await member.pastLease();
   await blocker.query('ROLLBACK');
   const fenced = await member.fencedAndOn();
