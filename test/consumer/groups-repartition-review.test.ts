@@ -9,8 +9,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { Pruner } from '../../src/index.js';
-import { closeAdmin, failsWith, testDb, waitFor, waitUntilWaiting, type Session, type TestDb } from '../support/db.js';
-import { beat, createEffects, page, partitionOf, publish, RR } from '../support/groups.js';
+import { closeAdmin, failsWith, testDb, waitFor, waitUntilWaiting, type TestDb } from '../support/db.js';
+import { assertExactlyOnceInOrder, beat, createEffects, drainAll, finish, page, partitionOf, publish, repartition, RR } from '../support/groups.js';
 
 after(closeAdmin);
 
@@ -25,23 +25,6 @@ after(closeAdmin);
  * (b) refuse (TM002) while an old partition's cursor is below the stream's
  *     retention horizon, as every page of that partition does.
  */
-async function reviewDb(t: Parameters<typeof testDb>[0]): Promise<TestDb> {
-  return testDb(t);
-}
-
-interface State {
-  partitions: number;
-  next_partitions: number | null;
-  barrier: string | null;
-  since_seq: string;
-  behind: number | null;
-}
-
-const repartition = async (session: Session, partitions: number): Promise<State> =>
-  (await session.query<State>(`SELECT * FROM tidemark.repartition_group('g', 's', $1)`, [partitions])).rows[0]!;
-
-const finish = async (session: Session): Promise<State> => (await session.query<State>(`SELECT * FROM tidemark.finish_repartition('g', 's')`)).rows[0]!;
-
 const count = async (db: TestDb): Promise<number> => (await db.observer.query<{ partitions: number }>('SELECT partitions FROM tidemark.groups')).rows[0]!.partitions;
 
 /** `n` distinct keys of partition `p` among `of`. */
@@ -51,25 +34,7 @@ function keysIn(p: number, of: number, n: number, prefix = 'k'): string[] {
   return keys;
 }
 
-async function drainAll(session: Session, member: string, partitions: number): Promise<bigint[]> {
-  const seqs: bigint[] = [];
-  for (let p = 0; p < partitions; p += 1) seqs.push(...(await page(session, member, p)));
-  return seqs;
-}
-
 /** Every event applied once (effects.seq is a primary key), and each key's events in seq order. */
-async function assertExactlyOnceInOrder(db: TestDb, expected: bigint[]): Promise<void> {
-  const r = await db.observer.query<{ seq: string; key: string }>('SELECT seq, key FROM effects ORDER BY at');
-  assert.deepEqual(r.rows.map((row) => BigInt(row.seq)).sort((a, b) => (a < b ? -1 : 1)), [...expected].sort((a, b) => (a < b ? -1 : 1)));
-  const last = new Map<string, bigint>();
-  for (const row of r.rows) {
-    const seq = BigInt(row.seq);
-    const before = last.get(row.key);
-    assert.ok(before === undefined || before < seq, `key ${row.key}: ${seq} applied after ${before}`);
-    last.set(row.key, seq);
-  }
-}
-
 // ---------------------------------------------------------------------------
 // 1. finish_repartition decides whether to lock the partition rows from a
 //    read taken BEFORE it waits for the group's advisory lock. A call that
@@ -80,7 +45,7 @@ async function assertExactlyOnceInOrder(db: TestDb, expected: bigint[]): Promise
 //    the (lower) barrier: the new split applies the page's events again.
 // ---------------------------------------------------------------------------
 test('finish_repartition that saw nothing pending before the advisory lock does not switch beside an open page (cursor moved back, events applied twice)', async (t) => {
-  const db = await reviewDb(t);
+  const db = await testDb(t);
   const a = await db.session('a');
   const asker = await db.session('asker');
   const finisher = await db.session('finisher');
@@ -150,7 +115,7 @@ test('finish_repartition that saw nothing pending before the advisory lock does 
 //    silently, and no page ever says so.
 // ---------------------------------------------------------------------------
 test('the switch does not silently skip the events retention removed from under an old partition\'s cursor (TM002 stays loud)', async (t) => {
-  const db = await reviewDb(t);
+  const db = await testDb(t);
   const a = await db.session('a');
   const owner = await db.session('owner');
   await createEffects(a);
@@ -187,7 +152,7 @@ test('the switch does not silently skip the events retention removed from under 
 // 3. A short page of a partition that crossed the barrier (before finish
 //    raises it) is bounded at its cursor, not below it.
 test('a short page of a partition that crossed the barrier can be advanced to its `through`', async (t) => {
-  const db = await reviewDb(t);
+  const db = await testDb(t);
   const a = await db.session('a');
   const owner = await db.session('owner');
   await createEffects(a);

@@ -7,47 +7,14 @@
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { closeAdmin, failsWith, testDb, testRole, waitUntilWaiting, type Session, type TestDb } from '../support/db.js';
-import { beat, createEffects, page, partitionOf, publish, RR } from '../support/groups.js';
+import { closeAdmin, failsWith, testDb, testRole, waitUntilWaiting, type TestDb } from '../support/db.js';
+import { assertExactlyOnceInOrder, beat, createEffects, drainAll, finish, page, partitionOf, publish, repartition, RR } from '../support/groups.js';
 
 after(closeAdmin);
-
-interface State {
-  partitions: number;
-  next_partitions: number | null;
-  barrier: string | null;
-  since_seq: string;
-  behind: number | null;
-}
-
-const repartition = async (session: Session, partitions: number): Promise<State> =>
-  (await session.query<State>(`SELECT * FROM tidemark.repartition_group('g', 's', $1)`, [partitions])).rows[0]!;
-
-const finish = async (session: Session): Promise<State> => (await session.query<State>(`SELECT * FROM tidemark.finish_repartition('g', 's')`)).rows[0]!;
 
 async function cursors(db: TestDb): Promise<{ partition: number; seq: bigint; holder: string | null }[]> {
   const r = await db.observer.query<{ partition: number; seq: string; holder: string | null }>('SELECT partition, seq, holder FROM tidemark.partition_cursors ORDER BY partition');
   return r.rows.map((row) => ({ partition: row.partition, seq: BigInt(row.seq), holder: row.holder }));
-}
-
-/** Every event applied once, and each key's events applied in seq order. */
-async function assertExactlyOnceInOrder(db: TestDb, expected: bigint[]): Promise<void> {
-  const r = await db.observer.query<{ seq: string; key: string }>('SELECT seq, key FROM effects ORDER BY at');
-  const applied = r.rows.map((row) => BigInt(row.seq));
-  assert.deepEqual([...applied].sort((a, b) => (a < b ? -1 : 1)), expected, 'every event once (effects.seq is a primary key: none twice)');
-  const last = new Map<string, bigint>();
-  for (const row of r.rows) {
-    const seq = BigInt(row.seq);
-    const before = last.get(row.key);
-    assert.ok(before === undefined || before < seq, `key ${row.key}: ${seq} applied after ${before}`);
-    last.set(row.key, seq);
-  }
-}
-
-async function drainAll(session: Session, member: string, partitions: number): Promise<bigint[]> {
-  const seqs: bigint[] = [];
-  for (let p = 0; p < partitions; p += 1) seqs.push(...(await page(session, member, p)));
-  return seqs;
 }
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}-${i % 25}`);

@@ -3,6 +3,7 @@
  * page applied to an `effects` table in its own transaction, and events
  * published for them. Consumer 'g', stream 's' unless told.
  */
+import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { Watermarker } from '../../src/index.js';
 import type { Session, TestDb } from './db.js';
@@ -56,5 +57,44 @@ export async function page(session: Session, member: string, partition: number, 
   } catch (err) {
     await session.query('ROLLBACK');
     throw err;
+  }
+}
+
+/** A re-partition's state, as repartition_group and finish_repartition return it (migration 0017). */
+export interface RepartitionRow {
+  partitions: number;
+  next_partitions: number | null;
+  barrier: string | null;
+  since_seq: string;
+  behind: number | null;
+}
+
+/** repartition_group of group 'g' on 's'. */
+export const repartition = async (session: Session, partitions: number): Promise<RepartitionRow> =>
+  (await session.query<RepartitionRow>(`SELECT * FROM tidemark.repartition_group('g', 's', $1)`, [partitions])).rows[0]!;
+
+/** finish_repartition of group 'g' on 's'. */
+export const finish = async (session: Session): Promise<RepartitionRow> =>
+  (await session.query<RepartitionRow>(`SELECT * FROM tidemark.finish_repartition('g', 's')`)).rows[0]!;
+
+/** One page of each of partitions 0..partitions-1 as `member`: the seqs applied. */
+export async function drainAll(session: Session, member: string, partitions: number): Promise<bigint[]> {
+  const seqs: bigint[] = [];
+  for (let p = 0; p < partitions; p += 1) seqs.push(...(await page(session, member, p)));
+  return seqs;
+}
+
+/** Every event of `expected` applied once (effects), and each key's events applied in seq order. */
+export async function assertExactlyOnceInOrder(db: TestDb, expected: bigint[]): Promise<void> {
+  const byValue = (a: bigint, b: bigint) => (a < b ? -1 : 1);
+  const r = await db.observer.query<{ seq: string; key: string }>('SELECT seq, key FROM effects ORDER BY at');
+  const applied = r.rows.map((row) => BigInt(row.seq));
+  assert.deepEqual([...applied].sort(byValue), [...expected].sort(byValue), 'every event once (effects.seq is a primary key: none twice)');
+  const last = new Map<string, bigint>();
+  for (const row of r.rows) {
+    const seq = BigInt(row.seq);
+    const before = last.get(row.key);
+    assert.ok(before === undefined || before < seq, `key ${row.key}: ${seq} applied after ${before}`);
+    last.set(row.key, seq);
   }
 }
