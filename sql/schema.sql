@@ -2864,6 +2864,7 @@ CREATE TABLE tidemark.watermark (
     candidates_epoch timestamp with time zone,
     seq_filenode oid,
     seq_high bigint DEFAULT 0 NOT NULL,
+    origin uuid DEFAULT gen_random_uuid() NOT NULL,
     CONSTRAINT watermark_check CHECK (((lease_owner IS NULL) = (lease_expires_at IS NULL))),
     CONSTRAINT watermark_id_check CHECK (id),
     CONSTRAINT watermark_safe_seq_check CHECK ((safe_seq >= 0))

@@ -116,8 +116,10 @@ export class Relay {
    */
   async open(signal?: AbortSignal): Promise<void> {
     if (this.closed) throw new ClosedError('Relay');
-    this.opened ??= this.sink
-      .open({ schema: this.options.schema, streams: this.options.streams, republishWithinMs: this.republishWithinMs }, signal ?? this.hard.signal)
+    this.opened ??= this.readOrigin()
+      .then((origin) =>
+        this.sink.open({ schema: this.options.schema, streams: this.options.streams, republishWithinMs: this.republishWithinMs, origin }, signal ?? this.hard.signal),
+      )
       .then(
         () => this.emit({ type: 'open', sink: this.sink.name, description: this.sink.description }),
         (err: unknown) => {
@@ -163,6 +165,19 @@ export class Relay {
       signal?.removeEventListener('abort', forward);
       this.hard.signal.removeEventListener('abort', hardStop);
     }
+  }
+
+  /** The installation's origin id, from the watermark row (migration 18). */
+  private async readOrigin(): Promise<string> {
+    const r = await boundedQuery<{ origin: string }>(
+      this.pool,
+      this.options.responseTimeoutMs,
+      'the origin id',
+      `SELECT origin::text AS origin FROM ${quoteIdent(this.options.schema)}.watermark`,
+      [],
+    );
+    if (!r.rows[0]) throw new Error(`${this.options.schema}.watermark has no row: run tidemark migrate`);
+    return r.rows[0].origin;
   }
 
   /** How far each stream is behind, read from the database (for metrics and health). */

@@ -25,6 +25,12 @@ export interface RelayMessage {
 export interface SinkTarget {
   /** The tidemark schema: the `{schema}` field of every message. */
   schema: string;
+  /**
+   * The installation's origin id (a UUID drawn by migration 18, in the
+   * watermark row): with a seq it names an event uniquely across databases
+   * and schemas (`cloudEventId`), for ids a receiver deduplicates by.
+   */
+  origin: string;
   /** The tidemark streams the relay follows: every message's `{stream}` is one of them. */
   streams: readonly string[];
   /**

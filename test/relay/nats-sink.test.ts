@@ -12,6 +12,7 @@ import { NatsSink, type NatsSinkOptions } from '../../src/relay/sinks/nats/sink.
 import { loadNats } from '../../src/relay/sinks/nats/client.js';
 import { compileTemplate } from '../../src/relay/template.js';
 import { waitFor } from '../support/db.js';
+import { TEST_ORIGIN } from '../support/memory-sink.js';
 import { freePort, startNatsServer, type NatsServer } from '../support/nats-server.js';
 
 // A failed batch must leave no rejection unhandled: record them instead of crashing, and check.
@@ -19,7 +20,7 @@ const unhandled: unknown[] = [];
 process.on('unhandledRejection', (reason) => unhandled.push(reason));
 after(() => assert.deepEqual(unhandled, [], 'no unhandled rejections'));
 
-const TARGET: SinkTarget = { schema: 'tidemark', streams: ['orders', 'payments'], republishWithinMs: 30_000 };
+const TARGET: SinkTarget = { schema: 'tidemark', streams: ['orders', 'payments'], republishWithinMs: 30_000, origin: TEST_ORIGIN };
 const never = new AbortController().signal;
 
 type EventFields = Omit<RelayMessage['event'], 'payload' | 'payloadText' | 'headers' | 'headersText'> & { payload: JsonObject; headers: JsonObject };

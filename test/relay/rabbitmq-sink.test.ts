@@ -19,6 +19,7 @@ import type { RelayMessage } from '../../src/relay/sink.js';
 import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq/sink.js';
 import { Batch } from '../../src/relay/sinks/rabbitmq/session.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
+import { TEST_ORIGIN } from '../support/memory-sink.js';
 
 const BROKER = { host: '127.0.0.1', port: 5672 };
 const URL_DIRECT = `amqp://guest:guest@${BROKER.host}:${BROKER.port}/`;
@@ -154,7 +155,7 @@ async function until(what: string, check: () => Promise<boolean> | boolean, time
   }
 }
 
-const TARGET = { schema: 'tidemark', streams: ['orders'], republishWithinMs: 60_000 };
+const TARGET = { schema: 'tidemark', streams: ['orders'], republishWithinMs: 60_000, origin: TEST_ORIGIN };
 
 test('a batch of 1000 reaches a bound queue in order, with its message id, properties, headers and JSON body', TIMEOUT, async (t) => {
   const { exchange, queue } = await destination(t, { queue: true });

@@ -65,3 +65,6 @@ export function brokerDown(): SinkError {
 export function poisoned(seq: bigint): SinkError {
   return new SinkError('memory', `message ${seq} is too large`, { retryable: false, seq });
 }
+
+/** An origin id (migration 18) for sinks opened without a database. */
+export const TEST_ORIGIN = '00000000-0000-4000-8000-000000000001';

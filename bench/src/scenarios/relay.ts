@@ -189,7 +189,7 @@ async function plainPublish(url: string, run: number, messages: RelayMessage[]):
 async function sinkPublish(url: string, run: number, messages: RelayMessage[]): Promise<number> {
   const sink = new NatsSink({ url, stream: `SINK_${run}`, subject: `sink${run}.{stream}.{kind}`, createStream: true });
   const signal = new AbortController().signal;
-  await sink.open({ schema: 'tidemark', streams: ['bench'], republishWithinMs: 100_000 }, signal);
+  await sink.open({ schema: 'tidemark', streams: ['bench'], republishWithinMs: 100_000, origin: '00000000-0000-4000-8000-000000000001' }, signal);
   try {
     const start = performance.now();
     for (let i = 0; i < messages.length; i += BATCH) await sink.publish(messages.slice(i, i + BATCH), signal);

@@ -1,0 +1,12 @@
+-- tidemark schema, version 18: the installation's origin id.
+-- Placeholders: {{schema}} (quoted identifier).
+--
+-- A random id drawn once, when this version is applied: together with an
+-- event's seq it names the event uniquely across databases and schemas
+-- (a CloudEvents `id`, a webhook's `webhook-id`), where `<schema>:<seq>`
+-- alone repeats from one database to the next. A physical copy of the
+-- database (a replica, a restored base backup) keeps it, as it keeps the
+-- events; a copy that is to live on as another source of events draws a
+-- new one: UPDATE {{schema}}.watermark SET origin = pg_catalog.gen_random_uuid().
+-- Consumers read it: they have SELECT on the whole watermark row.
+ALTER TABLE {{schema}}.watermark ADD COLUMN origin uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
