@@ -10,6 +10,7 @@ import { exited, startCli } from './support/cli.js';
 import { root, runExample } from './support/examples.js';
 import { freePort, startNatsServer } from './support/nats-server.js';
 import { Watermarker } from '../src/index.js';
+import { CloudEvent, HTTP } from 'cloudevents';
 
 // The README's relay walkthrough and broker examples, against NATS and RabbitMQ.
 
@@ -49,11 +50,25 @@ test('the README shows examples/relay.ts and examples/jetstream-consumer.ts verb
   assert.equal(await run('jetstream-consumer.ts'), line(1, 42) + line(2, 7) + line(3, 42) + line(4, 7), 'each event once, in seq order');
 });
 
-/** The command lines of the README's relay walkthrough, in order: every line of its ```sh blocks. */
+/** The command lines of the README's relay walkthrough, in order: every line of its ```sh blocks before its first subsection. */
 async function relayWalkthrough(): Promise<string[]> {
   const readme = await readFile(new URL('README.md', root), 'utf8');
-  const section = readme.slice(readme.indexOf('## Relaying to a broker'), readme.indexOf('## Failures and recovery'));
-  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) => m[1]!.split('\n').filter(Boolean));
+  const start = readme.indexOf('## Relaying to a broker');
+  return shLines(readme.slice(start, readme.indexOf('\n### ', start)));
+}
+
+/** Every line of the ```sh blocks of `text`. */
+function shLines(text: string): string[] {
+  return [...text.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) => m[1]!.split('\n').filter(Boolean));
+}
+
+/** The text of the README's subsection `### <title>`, up to the next heading. */
+async function readmeSubsection(title: string): Promise<string> {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  const start = readme.indexOf(`\n### ${title}\n`);
+  assert.ok(start >= 0, `README.md has a section "### ${title}"`);
+  const end = readme.slice(start + 1).search(/\n##+ /);
+  return readme.slice(start, end < 0 ? undefined : start + 1 + end);
 }
 
 /**
@@ -192,4 +207,44 @@ test('the README shows examples/rabbitmq-consumer.ts verbatim, and with the rela
   }
   assert.equal(await exited(relay), 0);
   assert.equal(await consumer(), 'orders.order.placed tidemark:1: {"total": 42}\norders.order.placed tidemark:2: {"total": 7}\n');
+});
+
+test('the README\'s CloudEvents command runs as written: every message is a valid CloudEvent whose data is the payload\'s text, shaped as the README shows', async (t) => {
+  const section = await readmeSubsection('CloudEvents');
+  const [line, ...more] = shLines(section);
+  assert.deepEqual(more, [], 'one command');
+  const shown = JSON.parse(/```json\n(.*)\n```/.exec(section)![1]!) as Record<string, unknown>;
+  const nats = await startNatsServer(t);
+  const db = await testDb(t);
+  for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
+  }
+  const watermarker = new Watermarker(db.pool(), { owner: 'readme' });
+  await watermarker.step();
+  await watermarker.close();
+  const origin = (await db.observer.query<{ origin: string }>('SELECT origin::text AS origin FROM tidemark.watermark')).rows[0]!.origin;
+  const child = shell(line!.replaceAll('nats://127.0.0.1:4222', nats.url), { DATABASE_URL: db.url });
+  const done = finished(child);
+  t.after(() => killGroup(child));
+  await waitFor('the relay to reach seq 2', async () =>
+    (await db.observer.query(`SELECT 1 FROM tidemark.cursors WHERE consumer = 'to-cloudevents' AND stream = 'orders' AND seq = 2`)).rowCount === 1);
+  ctrlC(child);
+  stoppedCleanly(await done);
+  const nc = await connect({ servers: nats.url });
+  t.after(() => nc.close());
+  const jsm = await jetstreamManager(nc);
+  for (const [i, [key, total]] of ([['o-1', 42], ['o-2', 7]] as const).entries()) {
+    const m = (await jsm.streams.getMessage('CLOUDEVENTS', { seq: i + 1 }))!;
+    assert.equal(m.subject, 'ce.orders.order.placed');
+    assert.equal(m.header?.get('content-type'), 'application/cloudevents+json');
+    const body = new TextDecoder().decode(m.data);
+    const event = HTTP.toEvent({ headers: { 'content-type': 'application/cloudevents+json' }, body }) as CloudEvent<unknown>;
+    assert.equal(event.validate(), true);
+    assert.equal(event.id, `${origin}:${i + 1}`);
+    assert.equal(event.subject, key);
+    assert.ok(body.endsWith(`,"data":{"total": ${total}}}`), body);
+    const parsed = JSON.parse(body) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(parsed), Object.keys(shown), 'the attributes the README shows, in its order');
+    if (i === 0) assert.deepEqual({ ...parsed, id: '', time: '' }, { ...shown, id: '', time: '' }, 'the README\'s envelope, but for the origin id and the time');
+  }
 });

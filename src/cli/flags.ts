@@ -67,6 +67,9 @@ const FLAGS: Record<string, string> = {
   ackTimeoutMs: '--ack-timeout',
   restartWithinMs: '--restart-within',
   streams: '--stream',
+  format: '--format',
+  ceSource: '--ce-source',
+  ceType: '--ce-type',
 };
 
 /**

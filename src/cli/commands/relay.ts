@@ -5,6 +5,7 @@
  */
 import { resolveRelayOptions, type RelayOptions } from '../../relay/options.js';
 import type { Sink } from '../../relay/sink.js';
+import type { FormatOptions } from '../../relay/format.js';
 import { echoValue, redactUrl } from '../../options.js';
 import { CliError } from '../cli-error.js';
 import { configured, positiveInt } from '../context.js';
@@ -23,6 +24,9 @@ export interface RelayFlags {
   exchange?: string;
   routingKey?: string;
   createExchange?: boolean;
+  format?: string;
+  ceSource?: string;
+  ceType?: string;
   batch?: string;
   ackTimeout?: string;
   restartWithin?: string;
@@ -64,6 +68,8 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   }
   const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
   const ackTimeoutMs = flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout');
+  // Every sink takes the format options (src/relay/format.ts); `tidemark` is the default.
+  const format = { format: flags.format === 'tidemark' ? undefined : flags.format, ceSource: flags.ceSource, ceType: flags.ceType } as FormatOptions;
   const options: RelayOptions = {
     consumer: flags.consumer,
     streams: flags.stream,
@@ -80,8 +86,8 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   else await (await import('../../relay/sinks/rabbitmq/client.js')).loadAmqp();
   const sink = configured<Sink>(() =>
     NatsSink
-      ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs }))
-      : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs })),
+      ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs, ...format }))
+      : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs, ...format })),
   );
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };

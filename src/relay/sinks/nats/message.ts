@@ -12,11 +12,19 @@
  * headers whose name is a header token outside the `Nats-` and `Tidemark-`
  * families and whose value is a string a header carries as it is. Body:
  * the payload as PostgreSQL's JSON text, byte for byte, in UTF-8.
+ *
+ * In the CloudEvents formats (src/relay/format.ts) the headers above stay,
+ * and: `cloudevents` (structured mode) sends the event's envelope as the
+ * body with `content-type: application/cloudevents+json`;
+ * `cloudevents-binary` keeps the payload as the body and adds
+ * `content-type: application/json` and one `ce-<attribute>` header per
+ * attribute (CloudEvents' NATS binding), each value as `headerText` writes it.
  */
 import type { MsgHdrs } from '@nats-io/transport-node';
 import { nats } from './client.js';
 import { stringHeaders, type RelayMessage } from '../../sink.js';
 import type { Template } from '../../template.js';
+import { CE_STRUCTURED_CONTENT_TYPE, type MessageFormat } from '../../format.js';
 import { subjectField } from './subject.js';
 
 /** An event ready to send. */
@@ -37,8 +45,14 @@ const HEADER_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const UNSAFE_HEADER_VALUE = /(?!\t)\p{Cc}|^\s|\s$/u;
 const encoder = new TextEncoder();
 
+/** The message's layout: tidemark's own (no format given) or a CloudEvent, with the installation's origin id. */
+export interface NatsLayout {
+  format: MessageFormat;
+  origin: string;
+}
+
 /** Builds the message for `message`, to `stream`, on the subject `subject` renders. */
-export function natsMessage(message: RelayMessage, stream: string, subject: Template): NatsMessage {
+export function natsMessage(message: RelayMessage, stream: string, subject: Template, layout?: NatsLayout): NatsMessage {
   const { event } = message;
   const h = nats().transport.headers();
   h.set('Nats-Msg-Id', message.id);
@@ -52,7 +66,18 @@ export function natsMessage(message: RelayMessage, stream: string, subject: Temp
   for (const [name, value] of stringHeaders(event.headersText)) {
     if (typeof value === 'string' && HEADER_TOKEN.test(name) && !RESERVED_HEADER.test(name) && !UNSAFE_HEADER_VALUE.test(value)) h.append(name, value);
   }
-  const body = encoder.encode(event.payloadText);
+  let text = event.payloadText;
+  if (layout?.format.format === 'cloudevents') {
+    h.set('content-type', CE_STRUCTURED_CONTENT_TYPE);
+    text = layout.format.structured(message, layout.origin);
+  } else if (layout?.format.format === 'cloudevents-binary') {
+    const attributes = layout.format.attributes(message, layout.origin);
+    for (const [name, value] of attributes) {
+      if (name === 'datacontenttype') h.set('content-type', value);
+      else h.set(`ce-${name}`, headerText(value));
+    }
+  }
+  const body = encoder.encode(text);
   return { seq: event.seq, subject: subject.render(message, subjectField), headers: h, body, bytes: headerBytes(h) + body.length };
 }
 

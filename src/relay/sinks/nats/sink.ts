@@ -30,14 +30,15 @@ import { ClosedError, InvalidOptionsError, SinkError } from '../../../errors.js'
 import { checkKnownOptions, echoValue, integerOption } from '../../../options.js';
 import type { RelayMessage, Sink, SinkTarget } from '../../sink.js';
 import { compileTemplate, type Template } from '../../template.js';
-import { natsMessage, type NatsMessage as Outgoing } from './message.js';
+import { natsMessage, type NatsLayout, type NatsMessage as Outgoing } from './message.js';
+import { messageFormat, type FormatOptions } from '../../format.js';
 import { AckInbox, type AckFailure } from './acks.js';
 import { firstLine, noJetStream, openStream } from './stream.js';
 import { checkSubjectTemplate, minimalFilters, subjectFilter } from './subject.js';
 import { parseNatsUrl, type NatsServers } from './url.js';
 
 /** Options of {@link NatsSink}. */
-export interface NatsSinkOptions {
+export interface NatsSinkOptions extends FormatOptions {
   /**
    * The server: `nats://host:port`, or `tls://host:port` for TLS, with
    * `user:password@` (or a `token@`) when the server requires it; several
@@ -105,6 +106,9 @@ export class NatsSink implements Sink {
   private readonly createStream: boolean;
   private readonly connectTimeoutMs: number;
   private readonly servers: NatsServers;
+  private readonly format: ReturnType<typeof messageFormat>;
+  /** How messages are laid out, once `open` told the origin id; undefined: tidemark's own. */
+  private layout: NatsLayout | undefined;
   private link: Link | undefined;
   private connecting: Promise<Link> | undefined;
   /** The last server's max_payload, for a publish while the client reconnects. */
@@ -117,7 +121,7 @@ export class NatsSink implements Sink {
 
   constructor(options: NatsSinkOptions) {
     if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('options', 'expected an object');
-    const resolved = { url: options.url, ...NATS_SINK_DEFAULTS };
+    const resolved = { url: options.url, ...NATS_SINK_DEFAULTS, format: undefined, ceSource: undefined, ceType: undefined };
     checkKnownOptions(options, resolved, 'NatsSink');
     this.servers = parseNatsUrl(options.url, 'url');
     this.stream = streamName(options.stream ?? NATS_SINK_DEFAULTS.stream);
@@ -128,7 +132,9 @@ export class NatsSink implements Sink {
     this.createStream = createStream;
     this.ackTimeoutMs = integerOption(options, 'ackTimeoutMs', NATS_SINK_DEFAULTS.ackTimeoutMs, 1, 3_600_000);
     this.connectTimeoutMs = integerOption(options, 'connectTimeoutMs', NATS_SINK_DEFAULTS.connectTimeoutMs, 1, 3_600_000);
-    this.description = `${this.servers.display} stream ${this.stream} subject ${this.subject.text}`;
+    this.format = messageFormat(options, 'nats', true);
+    const shown = this.format.format === 'tidemark' ? '' : ` as ${this.format.format}`;
+    this.description = `${this.servers.display} stream ${this.stream} subject ${this.subject.text}${shown}`;
   }
 
   /**
@@ -147,6 +153,7 @@ export class NatsSink implements Sink {
       const plan = { stream: this.stream, filters, republishWithinMs: target.republishWithinMs, create: this.createStream, hosts: this.servers.hosts };
       const info = await abortable(openStream(jsm, plan), signal);
       this.maxMsgSize = info.config.max_msg_size ?? -1;
+      this.layout = this.format.format === 'tidemark' ? undefined : { format: this.format, origin: target.origin };
       this.opened = true;
     } catch (err) {
       if (signal.aborted && err === signal.reason) throw err;
@@ -166,7 +173,7 @@ export class NatsSink implements Sink {
     if (!this.opened) throw new SinkError(this.name, 'publish was called before open', { retryable: false });
     signal.throwIfAborted();
     if (messages.length === 0) return;
-    const outgoing = messages.map((m) => natsMessage(m, this.stream, this.subject));
+    const outgoing = messages.map((m) => natsMessage(m, this.stream, this.subject, this.layout));
     const link = await abortable(this.connection(), signal);
     // Sent while the client reconnects, messages would be dropped at the reconnection: wait for it.
     if (link.down) await abortable(this.reconnected(link.down.promise), signal);

@@ -18,11 +18,12 @@ export interface Outgoing {
 
 
 /**
- * The `tidemark-*` headers, then each own header whose value is a string
+ * The `tidemark-*` headers, a binary-mode CloudEvent's `cloudEvents:*`
+ * attributes (all but `datacontenttype`, the message's content type), then each own header whose value is a string
  * under its own name while the table stays within amqplib's limit (all of
  * them are in `tidemark-headers`, as JSON, whatever their type).
  */
-export function headerTable(message: RelayMessage): Record<string, string> {
+export function headerTable(message: RelayMessage, cloudEvent: readonly [string, string][] = []): Record<string, string> {
   const { event } = message;
   const table: Record<string, string> = Object.create(null) as Record<string, string>;
   table['tidemark-seq'] = event.seq.toString();
@@ -31,6 +32,8 @@ export function headerTable(message: RelayMessage): Record<string, string> {
   table['tidemark-key'] = event.key;
   table['tidemark-occurred-at'] = event.occurredAt.toISOString();
   table['tidemark-headers'] = event.headersText;
+  // A binary-mode CloudEvent's attributes (CloudEvents' AMQP binding): `cloudEvents:<name>`.
+  for (const [name, value] of cloudEvent) table[`cloudEvents:${name}`] = value;
   let size = 0;
   for (const [name, value] of Object.entries(table)) size += entryBytes(name, value);
   if (size > HEADER_TABLE_MAX_BYTES) {

@@ -36,9 +36,10 @@ import { connectBroker, destroySocket, parseUrl, type Broker } from './broker.js
 import { headerTable, probe, shortString, type Outgoing } from './message.js';
 import { abortable, bounded, NAME, reason, SHORTSTR_MAX_BYTES } from './protocol.js';
 import { Session } from './session.js';
+import { CE_STRUCTURED_CONTENT_TYPE, messageFormat, type FormatOptions, type MessageFormat } from '../../format.js';
 
 /** Options for {@link RabbitMqSink}. Every duration is in milliseconds. */
-export interface RabbitMqSinkOptions {
+export interface RabbitMqSinkOptions extends FormatOptions {
   /**
    * The broker: `amqp://USER:PASS@HOST:PORT/VHOST`, or `amqps://` for TLS
    * (certificates verified). Port 5672 (5671 for amqps) and vhost `/` when
@@ -77,6 +78,9 @@ export class RabbitMqSink implements Sink {
   private readonly broker: Broker;
   private readonly exchange: Template;
   private readonly routingKey: Template;
+  private readonly format: MessageFormat;
+  /** The installation's origin id, from `open` (CloudEvents ids). */
+  private origin = '';
   /** Exchanges seen to exist (or declared); a 404 at publish time removes them. */
   private readonly known = new Set<string>();
   private readonly sessions = new Set<Session>();
@@ -100,6 +104,9 @@ export class RabbitMqSink implements Sink {
       createExchange,
       ackTimeoutMs: integerOption(options, 'ackTimeoutMs', DEFAULTS.ackTimeoutMs, 1, 3_600_000),
       connectTimeoutMs: integerOption(options, 'connectTimeoutMs', DEFAULTS.connectTimeoutMs, 1, 600_000),
+      format: undefined,
+      ceSource: undefined,
+      ceType: undefined,
     };
     checkKnownOptions(options, resolved, 'RabbitMqSink');
     this.broker = broker;
@@ -108,7 +115,9 @@ export class RabbitMqSink implements Sink {
     this.createExchange = createExchange;
     this.ackTimeoutMs = resolved.ackTimeoutMs;
     this.connectTimeoutMs = resolved.connectTimeoutMs;
-    this.description = `${broker.shown} exchange ${exchange.text} routing key ${routingKey.text}`;
+    this.format = messageFormat(options, NAME, true);
+    const shown = this.format.format === 'tidemark' ? '' : ` as ${this.format.format}`;
+    this.description = `${broker.shown} exchange ${exchange.text} routing key ${routingKey.text}${shown}`;
   }
 
   /**
@@ -119,6 +128,7 @@ export class RabbitMqSink implements Sink {
   async open(target: SinkTarget, signal: AbortSignal): Promise<void> {
     if (this.closed) throw new ClosedError('RabbitMqSink');
     signal.throwIfAborted();
+    this.origin = target.origin;
     const session = await this.session(signal);
     if (!this.exchange.fields.every((field) => field === 'schema' || field === 'stream')) return;
     const streams = this.exchange.fields.length === 0 ? [''] : target.streams;
@@ -207,22 +217,24 @@ export class RabbitMqSink implements Sink {
     const { event } = message;
     const seq = event.seq;
     const kindBytes = Buffer.byteLength(event.kind);
+    const structured = this.format.format === 'cloudevents';
+    const binary = this.format.format === 'cloudevents-binary';
     return {
       seq,
       id: message.id,
       exchange: shortString(this.exchange.render(message), 'exchange', seq),
       routingKey: shortString(this.routingKey.render(message), 'routingKey', seq),
-      content: Buffer.from(event.payloadText),
+      content: Buffer.from(structured ? this.format.structured(message, this.origin) : event.payloadText),
       options: {
         messageId: message.id,
         persistent: true,
         mandatory: true,
-        contentType: 'application/json',
+        contentType: structured ? CE_STRUCTURED_CONTENT_TYPE : 'application/json',
         // `type` is a short string; a longer kind is in the tidemark-kind header alone.
         type: kindBytes <= SHORTSTR_MAX_BYTES ? event.kind : undefined,
         timestamp: Math.floor(event.occurredAt.getTime() / 1000),
         appId: 'tidemark',
-        headers: headerTable(message),
+        headers: headerTable(message, binary ? this.format.attributes(message, this.origin).filter(([name]) => name !== 'datacontenttype') : []),
       },
     };
   }
