@@ -187,8 +187,8 @@ function postgresError(err: PgError, state: string, t: Target, schema: string | 
     case '42P01':
     case '3F000':
     case '42883':
-    // A column a later version added (watermark.origin, version 18): the schema is older than the code.
     case '42703': {
+      // 42703: a column a later version added (watermark.origin, version 18): the schema is older than the code.
       const s = schema ?? 'tidemark';
       const flag = s === 'tidemark' ? '' : ` --schema ${s}`;
       return { message: `schema ${q(s)} in ${t.where} is not migrated (${pgMessage}); run \`tidemark migrate${flag}\` against this database first`, exitCode: EXIT.usage };
