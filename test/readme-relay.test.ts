@@ -9,6 +9,7 @@ import { closeAdmin, testDb, waitFor } from './support/db.js';
 import { exited, startCli } from './support/cli.js';
 import { root, runExample } from './support/examples.js';
 import { freePort, startNatsServer } from './support/nats-server.js';
+import { startRedisServer } from './support/redis-server.js';
 import { Watermarker } from '../src/index.js';
 import { CloudEvent, HTTP } from 'cloudevents';
 
@@ -247,4 +248,31 @@ test('the README\'s CloudEvents command runs as written: every message is a vali
     assert.deepEqual(Object.keys(parsed), Object.keys(shown), 'the attributes the README shows, in its order');
     if (i === 0) assert.deepEqual({ ...parsed, id: '', time: '' }, { ...shown, id: '', time: '' }, 'the README\'s envelope, but for the origin id and the time');
   }
+});
+
+test('the README\'s Redis Streams commands run as written: the relay, then redis-cli reads each event once, in seq order, payloads as stored', async (t) => {
+  const lines = shLines(await readmeSubsection('Redis Streams'));
+  assert.deepEqual(lines.map((l) => l.split(' ').slice(0, 3).join(' ')), ['npx tidemark relay', 'redis-cli XRANGE tidemark:orders']);
+  const redis = await startRedisServer(t);
+  const db = await testDb(t);
+  const ours = (line: string) => line.replaceAll('redis://127.0.0.1:6379', redis.url).replace(/^redis-cli /, `redis-cli -p ${redis.port} `);
+  for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
+  }
+  const watermarker = new Watermarker(db.pool(), { owner: 'readme' });
+  await watermarker.step();
+  await watermarker.close();
+  const child = shell(ours(lines[0]!), { DATABASE_URL: db.url });
+  const done = finished(child);
+  t.after(() => killGroup(child));
+  await waitFor('the relay to reach seq 2', async () =>
+    (await db.observer.query(`SELECT 1 FROM tidemark.cursors WHERE consumer = 'to-redis' AND stream = 'orders' AND seq = 2`)).rowCount === 1);
+  ctrlC(child);
+  stoppedCleanly(await done);
+  const read = await finished(shell(ours(lines[1]!), {}));
+  assert.equal(read.code, 0, read.stderr);
+  const out = read.stdout.split('\n');
+  // redis-cli prints each entry's id, then its fields and values, one a line.
+  assert.deepEqual(out.filter((l) => /^\d+-0$/.test(l)), ['1-0', '2-0'], read.stdout);
+  assert.ok(out.includes('{"total": 42}') && out.includes('{"total": 7}'), read.stdout);
 });

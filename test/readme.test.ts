@@ -57,6 +57,19 @@ test('the README shows examples/dead-letters.ts verbatim, and it prints what the
   assert.equal(await runExample('dead-letters.ts', { DATABASE_URL: db.url }), printed);
 });
 
+test('the README shows examples/tracing.ts verbatim, and it prints what the README says: the handler span is in the request\'s trace', async (t) => {
+  const readme = await readFile(new URL('README.md', root), 'utf8');
+  const example = await readFile(new URL('examples/tracing.ts', root), 'utf8');
+  assert.ok(readme.includes(example.trim()), 'README.md embeds examples/tracing.ts');
+  const printed = /Prints, on a fresh database:\n\n```\n([^`]*)```/.exec(readme.slice(readme.indexOf('examples/tracing.ts')))?.[1];
+  assert.ok(printed, 'the README shows what it prints');
+
+  const db = await testDb(t);
+  await db.observer.query('DROP SCHEMA tidemark CASCADE'); // the example migrates by itself
+  assert.equal(await runExample('tracing.ts', { DATABASE_URL: db.url }), printed);
+  assert.equal(await runExample('tracing.ts', { DATABASE_URL: db.url }), printed, 'and again');
+});
+
 test('the README shows examples/groups.ts verbatim, and it prints what the README says', async (t) => {
   const readme = await readFile(new URL('README.md', root), 'utf8');
   const example = await readFile(new URL('examples/groups.ts', root), 'utf8');

@@ -15,6 +15,8 @@ import { stallBlastRadius } from './scenarios/stall.js';
 import { writerLatency } from './scenarios/writer-latency.js';
 import { relayScenario } from './scenarios/relay.js';
 import { groupsScenario } from './scenarios/groups.js';
+import { redisRelayScenario } from './scenarios/redis-relay.js';
+import { webhookRelayScenario } from './scenarios/webhook-relay.js';
 
 /** Scenario ids, in run order. */
 export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioResult>> = {
@@ -26,6 +28,8 @@ export const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<ScenarioRe
   drain: backlogDrain,
   relay: relayScenario,
   groups: groupsScenario,
+  'redis-relay': redisRelayScenario,
+  'webhook-relay': webhookRelayScenario,
 };
 
 /**

@@ -62,7 +62,7 @@ test('npm run bench -- --quick: every scenario runs every contender, and tidemar
   assert.equal(report.contenders.length, 8);
   assert.deepEqual(
     report.scenarios.map((s) => s.id),
-    ['gap-torture', 'stall', 'append-cost', 'writer-latency', 'e2e-latency', 'drain', 'relay', 'groups'],
+    ['gap-torture', 'stall', 'append-cost', 'writer-latency', 'e2e-latency', 'drain', 'relay', 'groups', 'redis-relay', 'webhook-relay'],
   );
   for (const s of report.scenarios) assert.ok(s.rows.length > 0, s.id);
 

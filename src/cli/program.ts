@@ -39,7 +39,7 @@ function packageVersion(): string {
 /** The relay role's flags, shared by `relay` and `serve`. */
 function relayFlags(command: Command): Command {
   return command
-    .option('--to <url>', 'relay: the broker, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST')
+    .option('--to <url>', 'relay: the broker, nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/VHOST or redis://HOST:PORT, or a webhook, https://HOST/PATH')
     .option('--consumer <name>', 'relay: the name of its cursors (one per stream)')
     .option('--stream <name>', 'relay: a stream to relay; repeat for more', (value: string, previous: string[] | undefined) => [...(previous ?? []), value])
     .option('--subject <template>', 'nats: subject of each message (default: {schema}.{stream}.{kind})')
@@ -48,9 +48,16 @@ function relayFlags(command: Command): Command {
     .option('--exchange <template>', 'amqp: exchange of each message (default: tidemark)')
     .option('--routing-key <template>', 'amqp: routing key of each message (default: {stream}.{kind})')
     .option('--create-exchange', 'amqp: declare the exchange (durable, topic) when it is missing')
+    .option('--redis-stream <template>', 'redis: key of each stream\'s Redis stream, {schema} and {stream} only (default: {schema}:{stream})')
+    .option('--max-len <n>', 'redis: trim each Redis stream to about n entries (XADD MAXLEN ~ n)')
+    .option('--min-id-lag <n>', 'redis: trim entries more than n seqs below the newest (XADD MINID ~)')
     .option('--format <format>', 'relay: tidemark (the payload as the body), cloudevents (a structured CloudEvent) or cloudevents-binary (attributes as headers)', 'tidemark')
     .option('--ce-source <template>', 'cloudevents: the source attribute (default: /tidemark/{schema}/{stream})')
     .option('--ce-type <template>', 'cloudevents: the type attribute (default: {kind})')
+    .option('--webhook-secret-file <path>', 'http: file holding the signing secret, whsec_<base64> or raw (default: $TIDEMARK_WEBHOOK_SECRET; none: unsigned)')
+    .option('--concurrency <n>', 'http: keys in flight at once, one request each (default: 16)')
+    .option('--webhook-batch <n>', 'http: up to n consecutive events of one key per request, as a JSON array (default: 1)')
+    .option('--on-refused <stop|dead-letter>', 'relay: an event the destination refuses (a 4xx, too large): stop, or record it as a dead letter and go on (default: stop)')
     .option('--batch <n>', 'relay: events per page, published pipelined', '500')
     .option('--ack-timeout <duration>', 'relay: how long a page waits for the broker\'s acknowledgements', '10s')
     .option('--restart-within <duration>', 'relay: how soon a supervisor restarts a crashed relay (part of the duplicate-window check)', '30s')
@@ -144,7 +151,7 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
     .action(action(lazy(() => import('./commands/serve.js'), 'serveCommand')));
 
   relayFlags(root.command('relay'))
-    .description('forward streams to NATS JetStream or RabbitMQ, in seq order, with a durable cursor per stream')
+    .description('forward streams to NATS JetStream, RabbitMQ or an HTTP webhook, in seq order, with a durable cursor per stream')
     .option('--http <host:port>', 'serve GET /healthz and GET /metrics')
     .option('--shutdown-timeout <duration>', 'on SIGINT/SIGTERM, exit 1 if stopping takes longer', '10s')
     .addHelpText(
@@ -152,10 +159,12 @@ export function program(setExit: (code: number) => void = () => undefined, setCo
       examples([
         'npx tidemark relay --to nats://127.0.0.1:4222 --consumer relay --stream orders --create-stream',
         "npx tidemark relay --to amqp://guest:guest@127.0.0.1:5672 --consumer relay --stream orders --stream payments --exchange tidemark --create-exchange",
+        'TIDEMARK_WEBHOOK_SECRET=whsec_... npx tidemark relay --to https://hooks.example.com/tidemark --consumer webhook --stream orders --on-refused dead-letter',
       ]) +
         DURATIONS +
         TEMPLATES +
-        '\nNATS: each event lands in JetStream once (Nats-Msg-Id <schema>:<seq>, within the stream\'s duplicate window).\nRabbitMQ: at least once (publisher confirms); consumers deduplicate by message_id <schema>:<seq>.\n',
+        '\nNATS: each event lands in JetStream once (Nats-Msg-Id <schema>:<seq>, within the stream\'s duplicate window).\nRabbitMQ: at least once (publisher confirms); consumers deduplicate by message_id <schema>:<seq>.\n' +
+        'HTTP: at least once (2xx answers), Standard Webhooks signatures; receivers deduplicate by webhook-id <origin>:<seq>.\n',
     )
     .action(action(lazy(() => import('./commands/serve.js'), 'relayCommand')));
 

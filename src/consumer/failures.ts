@@ -1,4 +1,5 @@
 import { InvalidOptionsError, type HandlerError } from '../errors.js';
+import type { Handler } from './events.js';
 import { checkKnownOptions } from '../options.js';
 
 /**
@@ -81,3 +82,13 @@ export interface Tries {
 export function noTries(): Tries {
   return { seq: undefined, attempts: 0, before: 0, delayMs: 0, last: undefined };
 }
+
+/**
+ * A handler's stand-in for replays of its dead letters, by handler:
+ * internal to tidemark (the relay's). A tail whose handler has one may
+ * take `beforeCommit` with `onExhausted: 'dead-letter'`: a replay commits
+ * outside any page, so it runs this instead, which must have the event's
+ * effect outside the database itself before it returns (the relay
+ * publishes the event and waits for the broker's acknowledgement).
+ */
+export const replayHandlers = new WeakMap<Handler, Handler>();

@@ -10,12 +10,14 @@ import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
 import { eventOf, pageSql, runPage, type EventRow, type PageResult, type PageSql, type Prefetch } from './page.js';
-import { handledBefore, noTries, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
+import { handledBefore, noTries, replayHandlers, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
 import { boundedQuery } from '../db/deadline.js';
 import { buildPartitionIndex, GROUP_OPTION_NAMES, groupSql, partitionPageSql, resolveGroupOptions, Semaphore, type GroupOptions, type ResolvedGroupOptions } from './group.js';
 import { setMaxListeners } from 'node:events';
 import { withDeadline } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../callbacks.js';
+import { loadOtel } from '../tracing.js';
+import { handlerInSpans } from './handler-span.js';
 
 /** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
 export interface PageInfo {
@@ -146,7 +148,10 @@ export class StreamClient {
    */
   async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
     checkCallOptions(options, { signal: true, beforeCommit: true, failures: true } satisfies Record<keyof TailOptions, true>, 'tail');
-    const policy = failurePolicy(options);
+    const policy = failurePolicy(options, handler);
+    const standIn = replayHandlers.get(handler); // the relay's replays: kept for the handler as wrapped
+    handler = await this.traced(consumer, stream, handler);
+    if (standIn) replayHandlers.set(handler, standIn);
     const tries = noTries();
     const o = this.options;
     let attempt = 0; // failures since the last page that committed
@@ -200,6 +205,7 @@ export class StreamClient {
   async drain(consumer: string, stream: string, handler: Handler, options: DrainOptions = {}): Promise<DrainResult> {
     checkCallOptions(options, { signal: true, beforeCommit: true, failures: true, maxEvents: true } satisfies Record<keyof DrainOptions, true>, 'drain');
     const policy = failurePolicy(options);
+    handler = await this.traced(consumer, stream, handler);
     const tries = noTries();
     const max = options.maxEvents ?? Number.MAX_SAFE_INTEGER;
     if (!Number.isSafeInteger(max) || max < 1) {
@@ -250,6 +256,7 @@ export class StreamClient {
     checkCallOptions(options, { signal: true, beforeCommit: true, failures: true, ...GROUP_OPTION_NAMES } satisfies Record<keyof GroupOptions, true>, 'tailGroup');
     const policy = failurePolicy(options);
     const group = resolveGroupOptions(options);
+    handler = await this.traced(consumer, stream, handler);
     return this.session(consumer, stream, handler, options.signal, (signal) => this.member(consumer, stream, handler, options.beforeCommit, policy, group, signal));
   }
 
@@ -740,7 +747,7 @@ export class StreamClient {
       const partition = hold.partition !== undefined ? { partition: hold.partition } : {};
       let live = true;
       try {
-        await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal, ...partition });
+        await (replayHandlers.get(handler) ?? handler)(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal, ...partition });
       } catch (err) {
         live = false;
         const failure = new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
@@ -842,6 +849,16 @@ export class StreamClient {
     return { after, rows };
   }
 
+  /**
+   * `handler`, run in a span per event when `@opentelemetry/api` is
+   * installed (src/consumer/handler-span.ts); as it is otherwise, so the
+   * pages of an application without it run exactly as before.
+   */
+  private async traced(consumer: string, stream: string, handler: Handler): Promise<Handler> {
+    const api = await loadOtel();
+    return api ? handlerInSpans(api, handler, { schema: this.options.schema, consumer, stream }) : handler;
+  }
+
   private emit(event: ConsumerEvent): void {
     if (event.type === 'listener:error') reportError(this.options.onError, event.error);
     notifyObserver(this.options.observer, event, this.options.onError);
@@ -881,9 +898,10 @@ function errorText(err: unknown): string {
 const NOT_FAILING = new Error('tidemark: the failing event is behind the cursor');
 
 /** The call's failure policy; a replay commits outside a page, where `beforeCommit` has nothing to run for. */
-function failurePolicy(options: TailOptions): ResolvedFailurePolicy {
+function failurePolicy(options: TailOptions, handler?: Handler): ResolvedFailurePolicy {
   const policy = resolveFailurePolicy(options.failures);
-  if (policy.onExhausted === 'dead-letter' && options.beforeCommit !== undefined) {
+  // A handler with a replay stand-in (the relay's) has its effect outside the database at replay time itself.
+  if (policy.onExhausted === 'dead-letter' && options.beforeCommit !== undefined && !(handler && replayHandlers.has(handler))) {
     throw new InvalidOptionsError(
       'failures.onExhausted',
       "'dead-letter' cannot go with beforeCommit: a replayed dead letter commits outside any page, so effects that beforeCommit would release could be lost",

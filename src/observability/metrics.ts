@@ -265,7 +265,7 @@ export function createMetrics(options: MetricsOptions): TidemarkMetrics {
       } else if (event.type === 'failed') {
         relayFailed.inc({ stream: event.stream }, event.count);
         relaySinkUp.set(0);
-      } else {
+      } else if (event.type === 'retry') {
         relayRetries.inc({ stream: event.stream, source: event.source });
         if (event.source === 'sink') relaySinkUp.set(0);
       }

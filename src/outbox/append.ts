@@ -1,7 +1,8 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, quoteIdent, validateSchema, type Queryable } from '../db/queryable.js';
-import { integerOption } from '../options.js';
-import { eventFromValue, type EventRow } from './event.js';
+import { booleanOption, integerOption } from '../options.js';
+import { activeTraceMembers, loadedOtel, loadOtel } from '../tracing.js';
+import { eventFromValue, type AddedHeaders, type EventRow } from './event.js';
 import { EVENT_LIMITS } from './limits.js';
 
 /** A JSON object, as stored in `payload` and `headers`. */
@@ -39,6 +40,16 @@ export interface AppendOptions {
    * set it lower to hold this writer to less.
    */
   maxEventBytes?: number;
+  /**
+   * Store the active OpenTelemetry span's W3C trace context in each event's
+   * headers, as `traceparent` and `tracestate` (when not empty), so that the
+   * relay's messages and the consumers' handler spans continue the trace.
+   * Only when `@opentelemetry/api` is installed and a valid span is active;
+   * never over headers that already name a `traceparent` or `tracestate`
+   * (the caller's own trace context wins), and never when they would take
+   * the event over a limit (the event is stored without them). Default true.
+   */
+  traceContext?: boolean;
 }
 
 /** Default for {@link AppendOptions.maxEventBytes}: the database's limit, `EVENT_LIMITS.eventMaxBytes`. */
@@ -67,10 +78,10 @@ function statements(schema: string): { one: string; many: string } {
   return sql;
 }
 
-const DEFAULTS = { schema: DEFAULT_SCHEMA, maxEventBytes: DEFAULT_MAX_EVENT_BYTES };
+const DEFAULTS = { schema: DEFAULT_SCHEMA, maxEventBytes: DEFAULT_MAX_EVENT_BYTES, traceContext: true };
 
 /** Resolves {@link AppendOptions}; throws InvalidOptionsError naming the option. */
-export function resolveAppendOptions(options: unknown): { schema: string; maxEventBytes: number } {
+export function resolveAppendOptions(options: unknown): { schema: string; maxEventBytes: number; traceContext: boolean } {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new InvalidOptionsError('options', `expected an object of append options (${Object.keys(DEFAULTS).join(', ')})`);
   }
@@ -82,7 +93,21 @@ export function resolveAppendOptions(options: unknown): { schema: string; maxEve
   const given = options as AppendOptions;
   const schema = validateSchema(given.schema ?? DEFAULT_SCHEMA);
   const maxEventBytes = integerOption(given, 'maxEventBytes', DEFAULT_MAX_EVENT_BYTES, 4, EVENT_LIMITS.eventMaxBytes);
-  return { schema, maxEventBytes };
+  const traceContext = booleanOption(given, 'traceContext', true);
+  return { schema, maxEventBytes, traceContext };
+}
+
+/**
+ * The active span's trace context as header members (src/tracing.ts),
+ * or undefined: when turned off, without `@opentelemetry/api` (looked for
+ * once, on the first append; after that a variable read) or without an active span.
+ */
+function traceMembers(enabled: boolean): AddedHeaders | undefined | Promise<AddedHeaders | undefined> {
+  if (!enabled) return undefined;
+  const api = loadedOtel();
+  if (api === null) return undefined;
+  if (api === undefined) return loadOtel().then((loaded) => (loaded ? activeTraceMembers(loaded) : undefined));
+  return activeTraceMembers(api);
 }
 
 /**
@@ -122,8 +147,10 @@ export async function insertRows(db: Queryable, schema: string, rows: readonly E
  * await client.query('COMMIT');
  */
 export async function append(db: Queryable, event: NewEvent, options: AppendOptions = {}): Promise<bigint> {
-  const { schema, maxEventBytes } = resolveAppendOptions(options);
-  const row = eventFromValue(event, 0, maxEventBytes);
+  const { schema, maxEventBytes, traceContext } = resolveAppendOptions(options);
+  const pending = traceMembers(traceContext);
+  const trace = pending instanceof Promise ? await pending : pending;
+  const row = eventFromValue(event, 0, maxEventBytes, trace);
   const [seq] = await insertRows(db, schema, [row]);
   return seq!;
 }
@@ -134,8 +161,10 @@ export async function append(db: Queryable, event: NewEvent, options: AppendOpti
  * means nothing is written.
  */
 export async function appendMany(db: Queryable, events: readonly NewEvent[], options: AppendOptions = {}): Promise<bigint[]> {
-  const { schema, maxEventBytes } = resolveAppendOptions(options);
+  const { schema, maxEventBytes, traceContext } = resolveAppendOptions(options);
   if (!Array.isArray(events)) throw new InvalidOptionsError('events', 'expected an array of events');
-  const rows = events.map((event, index) => eventFromValue(event, index, maxEventBytes));
+  const pending = traceMembers(traceContext);
+  const trace = pending instanceof Promise ? await pending : pending;
+  const rows = events.map((event, index) => eventFromValue(event, index, maxEventBytes, trace));
   return insertRows(db, schema, rows);
 }

@@ -81,9 +81,14 @@ function exactSize(index: number, field: string, json: Json): Json {
   }
 }
 
-/** Payload and headers within their limits; `maxEventBytes` bounds both together. */
-function sized(index: number, payload: Json, headers: Json, maxEventBytes: number): void {
-  if ((payload.bound || headers.bound) && (headers.size > EVENT_LIMITS.headersMaxBytes || payload.size + headers.size > maxEventBytes)) {
+/** Whether payload and headers of these sizes are within the limits; `maxEventBytes` bounds both together. */
+function fits(payload: Json, headers: Json, maxEventBytes: number, added = 0): boolean {
+  return headers.size + added <= EVENT_LIMITS.headersMaxBytes && payload.size + headers.size + added <= maxEventBytes;
+}
+
+/** Payload and headers within their limits; returns them, measured exactly when a bound did not fit. */
+function sized(index: number, payload: Json, headers: Json, maxEventBytes: number): [payload: Json, headers: Json] {
+  if ((payload.bound || headers.bound) && !fits(payload, headers, maxEventBytes)) {
     // A bound over a limit proves nothing: measure.
     payload = exactSize(index, 'payload', payload);
     headers = exactSize(index, 'headers', headers);
@@ -95,6 +100,37 @@ function sized(index: number, payload: Json, headers: Json, maxEventBytes: numbe
   if (size > maxEventBytes) {
     throw new InvalidEventError(index, 'payload', `payload and headers are ${size} bytes as stored, over the limit of ${maxEventBytes} (maxEventBytes)`);
   }
+  return [payload, headers];
+}
+
+/**
+ * Members to add to an event's headers (the W3C trace context of the active
+ * span): JSON member text, `"name": value, ...`, and the UTF-8 bytes they
+ * add as jsonb renders them, separators included.
+ */
+export interface AddedHeaders {
+  text: string;
+  size: number;
+}
+
+/**
+ * The headers text with `added` members put first, so the caller's own
+ * members keep their text exactly. Nothing is added when the caller's
+ * headers name a `traceparent` or `tracestate` anywhere (their trace context
+ * wins, and a pair is never mixed), or when the members would take the event
+ * over a limit: the event as the caller wrote it is stored, without them.
+ */
+function withAdded(index: number, payload: Json, headers: Json, added: AddedHeaders, maxEventBytes: number): string {
+  const text = headers.text;
+  if (text.includes('"traceparent"') || text.includes('"tracestate"')) return text;
+  // JSON.stringify's text: `{` first, `{}` when empty.
+  const empty = text === '{}';
+  const size = added.size - (empty ? 2 : 0); // no `, ` after the last member
+  if (!fits(payload, headers, maxEventBytes, size)) {
+    if (!payload.bound && !headers.bound) return text;
+    if (!fits(exactSize(index, 'payload', payload), exactSize(index, 'headers', headers), maxEventBytes, size)) return text;
+  }
+  return `{${added.text}${empty ? '}' : `, ${text.slice(1)}`}`;
 }
 
 /** A JavaScript value for `payload` or `headers`: a plain object, serialised without loss. */
@@ -120,8 +156,8 @@ function valueJson(index: number, field: string, value: unknown): Json {
   }
 }
 
-/** Checks an event given as JavaScript values. */
-export function eventFromValue(input: unknown, index: number, maxEventBytes: number): EventRow {
+/** Checks an event given as JavaScript values; `added` members go into its headers when they fit (see {@link AddedHeaders}). */
+export function eventFromValue(input: unknown, index: number, maxEventBytes: number, added?: AddedHeaders): EventRow {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw new InvalidEventError(index, '(event)', 'must be an object with stream, kind and key');
   }
@@ -132,11 +168,10 @@ export function eventFromValue(input: unknown, index: number, maxEventBytes: num
     kind: text(index, 'kind', event.kind),
     key: text(index, 'key', event.key),
   };
-  const payload = valueJson(index, 'payload', event.payload);
-  const headers = valueJson(index, 'headers', event.headers);
-  sized(index, payload, headers, maxEventBytes);
+  const [payload, headers] = sized(index, valueJson(index, 'payload', event.payload), valueJson(index, 'headers', event.headers), maxEventBytes);
+  const headersText = added === undefined ? headers.text : withAdded(index, payload, headers, added, maxEventBytes);
   // Spelled out: an object spread here cost more than every check above.
-  return { stream: row.stream, kind: row.kind, key: row.key, payload: payload.text, headers: headers.text };
+  return { stream: row.stream, kind: row.kind, key: row.key, payload: payload.text, headers: headersText };
 }
 
 /** A member given as JSON text for `payload` or `headers`: an object, passed on as written. */

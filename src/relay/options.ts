@@ -1,6 +1,6 @@
 import { InvalidOptionsError } from '../errors.js';
 import { DEFAULT_SCHEMA, validateSchema } from '../db/queryable.js';
-import { checkCallbacks, checkKnownOptions, integerOption, nameOption, retryOptions } from '../options.js';
+import { checkCallbacks, checkKnownOptions, echoValue, integerOption, nameOption, retryOptions } from '../options.js';
 import type { RelayEvent } from './events.js';
 
 /** Options for {@link Relay}. Every duration is in milliseconds. */
@@ -35,6 +35,19 @@ export interface RelayOptions {
    * must exceed. Default 30000.
    */
   restartWithinMs?: number;
+  /**
+   * What an event the sink refuses for itself does (a `SinkError` that is
+   * not retryable, with `seq`: too large, a 4xx answer). `'stop'`
+   * (default): the relay stops with that error, the event not published.
+   * `'dead-letter'`: the events before it are published and committed, the
+   * event is recorded as a dead letter of `consumer` (its error text the
+   * sink's) in the transaction that moves the cursor past it, and the relay
+   * goes on. `tidemark dead-letters replay` then publishes it again: the
+   * relay running with `'dead-letter'` sends it alone, after the later
+   * events of its key, and deletes the dead letter once the broker took
+   * it; refused again, it stays dead, one try more.
+   */
+  onRefused?: 'stop' | 'dead-letter';
   /** Receives what the relay does: pages published, retries, the sink opening. Errors it throws go to `onError`. */
   observer?: (event: RelayEvent) => void;
   /** Receives errors that do not stop the relay (listener failures, observer errors). */
@@ -70,6 +83,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   if (options.listen !== undefined && typeof options.listen !== 'boolean') throw new InvalidOptionsError('listen', 'expected a boolean');
   const { retryMinMs, retryMaxMs } = retryOptions(options, { minMs: 100, maxMs: () => 10_000 }, HOUR);
   checkCallbacks(options);
+  const onRefused = options.onRefused ?? 'stop';
+  if (onRefused !== 'stop' && onRefused !== 'dead-letter') throw new InvalidOptionsError('onRefused', `expected 'stop' or 'dead-letter', got ${echoValue(onRefused)}`);
   const resolved: ResolvedRelayOptions = Object.freeze({
     consumer,
     streams: Object.freeze(streams),
@@ -82,6 +97,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     retryMinMs,
     retryMaxMs,
     restartWithinMs: integerOption(options, 'restartWithinMs', 30_000, 0, 24 * HOUR),
+    onRefused,
     observer: options.observer,
     onError: options.onError,
   });

@@ -7,7 +7,11 @@ import { quoteIdent } from '../db/queryable.js';
 import { boundedQuery } from '../db/deadline.js';
 import { StreamClient } from '../consumer/stream-client.js';
 import { CommitThrough } from '../consumer/page.js';
-import type { StreamEvent } from '../consumer/events.js';
+import { untraced } from '../consumer/handler-span.js';
+import { loadOtel } from '../tracing.js';
+import { inPublishSpan } from './publish-span.js';
+import type { Handler, StreamEvent } from '../consumer/events.js';
+import { replayHandlers } from '../consumer/failures.js';
 import { notifyObserver } from '../callbacks.js';
 import type { RelayEvent } from './events.js';
 import { resolveRelayOptions, SESSION_DEATH_DETECTION_MS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
@@ -33,6 +37,8 @@ interface StreamState {
   attempt: number;
   /** The first chunk of the next publish: the whole page, or 1 after a failure (doubling within the page). */
   window: number;
+  /** With `onRefused: 'dead-letter'`: the refusal of an event to set aside; the handler throws it for that event until it is a dead letter. */
+  refused?: SinkError;
 }
 
 /**
@@ -103,6 +109,10 @@ export class Relay {
           this.emit({ type: 'retry', stream: event.stream, source: 'database', error: event.error, attempt: event.attempt, delayMs: event.delayMs });
         } else if (event.type === 'page' && event.consumer === this.options.consumer) {
           this.onPage(event.stream);
+        } else if ((event.type === 'dead-letter' || event.type === 'dead-letter:replay') && event.consumer === this.options.consumer) {
+          const state = this.streams.get(event.stream);
+          if (event.type === 'dead-letter' && state?.refused?.seq === event.seq) state.refused = undefined;
+          this.emit({ type: event.type, stream: event.stream, seq: event.seq, id: event.id, error: event.error });
         }
       },
     });
@@ -118,7 +128,16 @@ export class Relay {
     if (this.closed) throw new ClosedError('Relay');
     this.opened ??= this.readOrigin()
       .then((origin) =>
-        this.sink.open({ schema: this.options.schema, streams: this.options.streams, republishWithinMs: this.republishWithinMs, origin }, signal ?? this.hard.signal),
+        this.sink.open(
+          {
+            schema: this.options.schema,
+            streams: this.options.streams,
+            republishWithinMs: this.republishWithinMs,
+            origin,
+            onRetry: (r) => this.emit({ type: 'retry', stream: r.stream, source: 'sink', error: r.error, attempt: r.attempt, delayMs: r.delayMs, seq: r.seq }),
+          },
+          signal ?? this.hard.signal,
+        ),
       )
       .then(
         () => this.emit({ type: 'open', sink: this.sink.name, description: this.sink.description }),
@@ -218,18 +237,22 @@ export class Relay {
     const state: StreamState = { attempt: 0, window: Number.POSITIVE_INFINITY };
     this.streams.set(stream, state);
     let batch: RelayMessage[] = [];
-    const handler = (event: StreamEvent) => {
+    // No span per event here: the relay's span is per published page (below).
+    const handler = untraced((event: StreamEvent) => {
+      // The event the sink refused (onRefused 'dead-letter'): failing here makes the
+      // stream client's policy commit the events before it, then record it as a dead letter.
+      if (state.refused !== undefined && event.seq === state.refused.seq) throw state.refused;
       // A page that failed before its publish left its events here; its retry starts over.
       if (batch.length > 0 && event.seq <= batch[batch.length - 1]!.event.seq) batch = [];
       batch.push({ id: `${schema}:${event.seq}`, schema, event });
-    };
+    });
     // Runs after the page's last event, before its cursor advance and COMMIT:
     // the cursor commits only once the broker has acknowledged every event.
     // After a failure the page goes out in growing chunks (1, 2, 4, ...), so
     // the refused event goes first and alone, and a failure commits the
     // acknowledged prefix (CommitThrough): a broker that takes only a few
     // messages at a time (a full queue) still lets the relay advance.
-    const beforeCommit = async () => {
+    const publishPage = async () => {
       const messages = batch;
       batch = [];
       const started = performance.now();
@@ -243,6 +266,7 @@ export class Relay {
       } catch (err) {
         state.window = 1;
         this.emit({ type: 'failed', stream, count: messages.length - sent, error: err });
+        if (this.setsAside(err, messages.slice(sent))) state.refused = err as SinkError;
         if (sent > 0) {
           const last = messages[sent - 1]!.event;
           this.emit({ type: 'published', stream, count: sent, cursor: last.seq, ackMs: performance.now() - started, lastOccurredAt: last.occurredAt, partial: true });
@@ -256,7 +280,46 @@ export class Relay {
       const last = messages[messages.length - 1]!.event;
       this.emit({ type: 'published', stream, count: messages.length, cursor: last.seq, ackMs: performance.now() - started, lastOccurredAt: last.occurredAt });
     };
-    await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit }));
+    // With @opentelemetry/api installed, each page publishes in a PRODUCER span (src/relay/publish-span.ts).
+    const otel = await loadOtel();
+    const beforeCommit = () => inPublishSpan(otel, this.sink.name, stream, batch, publishPage);
+    // onRefused 'dead-letter': the stream client's failure policy records a refused
+    // event; a replay of it publishes it from the handler's stand-in (replayPublisher).
+    const failures = this.options.onRefused === 'dead-letter' ? { failures: { maxAttempts: 1, onExhausted: 'dead-letter' as const } } : {};
+    if (failures.failures) replayHandlers.set(handler, this.replayPublisher(stream));
+    await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit, ...failures }));
+  }
+
+  /** Whether `err` is a refusal the relay sets aside (onRefused 'dead-letter'): the sink's, not retryable, naming one of `unsent`. */
+  private setsAside(err: unknown, unsent: readonly RelayMessage[]): boolean {
+    if (this.options.onRefused !== 'dead-letter' || !(err instanceof SinkError) || err.retryable || err.seq === undefined) return false;
+    return unsent.some((m) => m.event.seq === err.seq);
+  }
+
+  /**
+   * What a replay of a dead letter of `stream` runs (`tidemark dead-letters
+   * replay`), in the replay's transaction: publishes the event alone and
+   * returns once the broker acknowledged it, so the dead letter is deleted
+   * only then. A broker that is down is waited for (the replay stays asked
+   * for if the relay stops meanwhile); a refusal fails the replay, which
+   * leaves the dead letter with one try more and the sink's error.
+   */
+  private replayPublisher(stream: string): Handler {
+    const { schema, retryMinMs, retryMaxMs } = this.options;
+    return async (event, _tx, context) => {
+      const message: RelayMessage = { id: `${schema}:${event.seq}`, schema, event };
+      for (let attempt = 1; ; attempt += 1) {
+        try {
+          await this.sink.publish([message], this.hard.signal);
+          return;
+        } catch (err) {
+          if (!isRetryable(err) || context.signal.aborted) throw err;
+          const delayMs = backoffMs(attempt, retryMinMs, retryMaxMs);
+          this.emit({ type: 'retry', stream, source: 'sink', error: err, attempt, delayMs, seq: event.seq });
+          await sleep(delayMs, context.signal);
+        }
+      }
+    };
   }
 
   /** The stream client's page event: a page committed, so the failures before it are over. */
@@ -272,7 +335,7 @@ export class Relay {
    * rethrows the first non-retryable error (a `HandlerError` over a sink's
    * error is unwrapped to that error).
    */
-  private async retrying(state: { attempt: number }, stream: string, source: 'sink' | 'database', signal: AbortSignal, body: () => Promise<unknown>): Promise<boolean> {
+  private async retrying(state: { attempt: number; refused?: SinkError }, stream: string, source: 'sink' | 'database', signal: AbortSignal, body: () => Promise<unknown>): Promise<boolean> {
     const o = this.options;
     for (;;) {
       if (signal.aborted) return false;
@@ -282,6 +345,8 @@ export class Relay {
       } catch (err) {
         if (signal.aborted) return false;
         const cause = err instanceof HandlerError && err.cause instanceof SinkError ? err.cause : err;
+        // A refusal to set aside: tail again at once, and the next page records it (see relayStream).
+        if (state.refused !== undefined && cause === state.refused) continue;
         if (!isRetryable(cause)) throw cause;
         state.attempt += 1;
         const delayMs = backoffMs(state.attempt, o.retryMinMs, o.retryMaxMs);

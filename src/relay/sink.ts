@@ -42,6 +42,27 @@ export interface SinkTarget {
    * it does not.
    */
   republishWithinMs: number;
+  /**
+   * Told by a sink that retries a send itself within `publish` (the HTTP
+   * sink, after a 503 or a timeout) before each new try, so the relay can
+   * report and count it (a `retry` event with `seq`). Such a retry keeps
+   * the page: the events the broker already took stay taken.
+   */
+  onRetry?: (retry: SinkRetry) => void;
+}
+
+/** A send a sink tries again within `publish` (see {@link SinkTarget.onRetry}). */
+export interface SinkRetry {
+  /** The stream of the event being sent again. */
+  stream: string;
+  /** The event (the first of a batched request). */
+  seq: bigint;
+  /** Tries of this send so far, the failed one included. */
+  attempt: number;
+  /** The pause before the next try. */
+  delayMs: number;
+  /** Why the last try failed: a retryable `SinkError`. */
+  error: unknown;
 }
 
 /**

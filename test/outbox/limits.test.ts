@@ -146,7 +146,7 @@ test('unknown append options are refused, naming the option', async (t) => {
     await assert.rejects(append(pool, good, options as object), (err: unknown) => {
       assert.ok(err instanceof InvalidOptionsError);
       assert.equal(err.option, Object.keys(options).at(-1));
-      assert.match(err.message, /is not an append option \(known: schema, maxEventBytes\)/);
+      assert.match(err.message, /is not an append option \(known: schema, maxEventBytes, traceContext\)/);
       return true;
     });
     await assert.rejects(appendMany(pool, [good], options as object), InvalidOptionsError);

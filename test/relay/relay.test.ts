@@ -40,7 +40,8 @@ test('relays each stream in seq order, every event once, and commits each cursor
   await running;
   await relay.close();
 
-  assert.deepEqual({ ...sink.target, origin: undefined }, { schema: 'tidemark', streams: ['a', 'b'], republishWithinMs: relay.republishWithinMs, origin: undefined });
+  assert.deepEqual({ ...sink.target, origin: undefined, onRetry: undefined }, { schema: 'tidemark', streams: ['a', 'b'], republishWithinMs: relay.republishWithinMs, origin: undefined, onRetry: undefined });
+  assert.equal(typeof sink.target!.onRetry, 'function', "the hook a sink tells its own retries to (the relay's retry events with seq)");
   assert.match(sink.target!.origin, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, 'the origin id, read from the watermark row');
   for (const stream of ['a', 'b']) {
     const got = sink.acked.filter((m) => m.event.stream === stream);

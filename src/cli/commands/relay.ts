@@ -6,6 +6,10 @@
 import { resolveRelayOptions, type RelayOptions } from '../../relay/options.js';
 import type { Sink } from '../../relay/sink.js';
 import type { FormatOptions } from '../../relay/format.js';
+import type { HttpSinkOptions } from '../../relay/sinks/http/sink.js';
+import type { RedisSinkOptions } from '../../relay/sinks/redis/sink.js';
+import { InvalidOptionsError } from '../../errors.js';
+import { readFile } from 'node:fs/promises';
 import { echoValue, redactUrl } from '../../options.js';
 import { CliError } from '../cli-error.js';
 import { configured, positiveInt } from '../context.js';
@@ -24,9 +28,16 @@ export interface RelayFlags {
   exchange?: string;
   routingKey?: string;
   createExchange?: boolean;
+  redisStream?: string;
+  maxLen?: string;
+  minIdLag?: string;
   format?: string;
   ceSource?: string;
   ceType?: string;
+  webhookSecretFile?: string;
+  concurrency?: string;
+  webhookBatch?: string;
+  onRefused?: string;
   batch?: string;
   ackTimeout?: string;
   restartWithin?: string;
@@ -44,6 +55,11 @@ export interface RelaySetup {
 
 const NATS_ONLY = [['subject', '--subject'], ['natsStream', '--nats-stream'], ['createStream', '--create-stream']] as const;
 const AMQP_ONLY = [['exchange', '--exchange'], ['routingKey', '--routing-key'], ['createExchange', '--create-exchange']] as const;
+const HTTP_ONLY = [['webhookSecretFile', '--webhook-secret-file'], ['concurrency', '--concurrency'], ['webhookBatch', '--webhook-batch']] as const;
+const REDIS_ONLY = [['redisStream', '--redis-stream'], ['maxLen', '--max-len'], ['minIdLag', '--min-id-lag']] as const;
+const SCHEMES = 'a nats://, tls://, amqp://, amqps://, redis://, rediss://, http:// or https:// URL';
+/** The environment variable the webhook secret is read from (a flag's value would show in `ps`). */
+export const WEBHOOK_SECRET_ENV = 'TIDEMARK_WEBHOOK_SECRET';
 
 /**
  * Checks the relay flags and builds the sink and options; throws `CliError`
@@ -51,21 +67,29 @@ const AMQP_ONLY = [['exchange', '--exchange'], ['routingKey', '--routing-key'], 
  * the broker named (each one costs memory and start-up time).
  */
 export async function relaySetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
-  if (!flags.to) throw new CliError('--to: required: the broker to relay to, nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/VHOST');
+  if (!flags.to) throw new CliError('--to: required: where to relay to, nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/VHOST, redis://HOST:PORT or an http(s):// webhook URL');
   if (!flags.consumer) throw new CliError('--consumer: required: the name of the relay\'s cursors');
   if (!flags.stream || flags.stream.length === 0) throw new CliError('--stream: required: a stream to relay (repeat --stream for more)');
   let scheme: string;
   try {
     scheme = new URL(flags.to).protocol;
   } catch {
-    throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redactUrl(flags.to))}`);
+    throw new CliError(`--to: expected ${SCHEMES}, got ${echoValue(redactUrl(flags.to))}`);
   }
   const nats = scheme === 'nats:' || scheme === 'tls:';
   const amqp = scheme === 'amqp:' || scheme === 'amqps:';
-  if (!nats && !amqp) throw new CliError(`--to: expected a nats://, tls://, amqp:// or amqps:// URL, got ${echoValue(redactUrl(flags.to))}`);
-  for (const [key, flag] of nats ? AMQP_ONLY : NATS_ONLY) {
-    if (flags[key] !== undefined) throw new CliError(`${flag}: applies to ${nats ? 'amqp://' : 'nats://'} destinations, not ${scheme}//`);
+  const web = scheme === 'http:' || scheme === 'https:';
+  const redis = scheme === 'redis:' || scheme === 'rediss:';
+  if (!nats && !amqp && !web && !redis) throw new CliError(`--to: expected ${SCHEMES}, got ${echoValue(redactUrl(flags.to))}`);
+  const others: [readonly (readonly [keyof RelayFlags, string])[], string][] = [[NATS_ONLY, 'nats://'], [AMQP_ONLY, 'amqp://'], [HTTP_ONLY, 'http(s)://'], [REDIS_ONLY, 'redis://']];
+  for (const [only, kind] of others.filter(([, kind]) => kind !== (nats ? 'nats://' : amqp ? 'amqp://' : redis ? 'redis://' : 'http(s)://'))) {
+    for (const [key, flag] of only) if (flags[key] !== undefined) throw new CliError(`${flag}: applies to ${kind} destinations, not ${scheme}//`);
   }
+  if (flags.onRefused !== undefined && flags.onRefused !== 'stop' && flags.onRefused !== 'dead-letter') {
+    throw new CliError(`--on-refused: expected stop or dead-letter, got ${echoValue(flags.onRefused)}`);
+  }
+  if (web) return webhookSetup(flags, schema);
+  if (redis) return redisSetup(flags, schema);
   const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
   const ackTimeoutMs = flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout');
   // Every sink takes the format options (src/relay/format.ts); `tidemark` is the default.
@@ -77,6 +101,7 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
     batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
     restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
     pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
+    onRefused: flags.onRefused as RelayOptions['onRefused'],
   };
   const { NatsSink } = nats ? await import('../../relay/sinks/nats/sink.js') : { NatsSink: undefined };
   const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq/sink.js') : { RabbitMqSink: undefined };
@@ -89,6 +114,96 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
       ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs, ...format }))
       : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs, ...format })),
   );
+  configured(() => resolveRelayOptions(options));
+  return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
+}
+
+/** The relay to a redis:// or rediss:// server (src/relay/sinks/redis). */
+async function redisSetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
+  const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
+  const options: RelayOptions = {
+    consumer: flags.consumer!,
+    streams: flags.stream!,
+    schema,
+    batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
+    restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
+    pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
+    onRefused: flags.onRefused as RelayOptions['onRefused'],
+  };
+  const { RedisSink } = await import('../../relay/sinks/redis/sink.js');
+  // ioredis (an optional peer dependency), now: missing, the command says so before it touches the database.
+  await (await import('../../relay/sinks/redis/client.js')).loadRedis();
+  const sinkOptions: RedisSinkOptions = dropUndefined({
+    url: flags.to!,
+    stream: flags.redisStream,
+    maxLen: flags.maxLen === undefined ? undefined : positiveInt(flags.maxLen, '--max-len'),
+    minIdLag: flags.minIdLag === undefined ? undefined : positiveInt(flags.minIdLag, '--min-id-lag'),
+    ackTimeoutMs: flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout'),
+    format: flags.format === 'tidemark' ? undefined : (flags.format as FormatOptions['format']),
+    ceSource: flags.ceSource,
+    ceType: flags.ceType,
+  });
+  let sink: Sink;
+  try {
+    sink = new RedisSink(sinkOptions);
+  } catch (err) {
+    // The sink's own option names, in the CLI's words (its `stream` is the key template, not --stream).
+    const named: Record<string, string> = { stream: '--redis-stream', maxLen: '--max-len', minIdLag: '--min-id-lag' };
+    if (err instanceof InvalidOptionsError && named[err.option]) throw new CliError(`${named[err.option]}: ${err.message.slice(err.option.length + 2)}`);
+    return configured(() => {
+      throw err;
+    });
+  }
+  configured(() => resolveRelayOptions(options));
+  return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
+}
+
+/** The relay to an http(s):// webhook: the secret from a file or the environment, never from a flag's value. */
+async function webhookSetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
+  const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
+  let secret: string | undefined;
+  if (flags.webhookSecretFile !== undefined) {
+    try {
+      secret = (await readFile(flags.webhookSecretFile, 'utf8')).replace(/\r?\n$/, '');
+    } catch (err) {
+      throw new CliError(`--webhook-secret-file: cannot read ${JSON.stringify(flags.webhookSecretFile)} (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+    }
+    if (secret === '') throw new CliError(`--webhook-secret-file: ${JSON.stringify(flags.webhookSecretFile)} is empty`);
+  } else if (process.env[WEBHOOK_SECRET_ENV]) {
+    secret = process.env[WEBHOOK_SECRET_ENV];
+  }
+  const where = flags.webhookSecretFile !== undefined ? '--webhook-secret-file' : WEBHOOK_SECRET_ENV;
+  const options: RelayOptions = {
+    consumer: flags.consumer!,
+    streams: flags.stream!,
+    schema,
+    batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
+    restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
+    pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
+    onRefused: flags.onRefused as RelayOptions['onRefused'],
+  };
+  const { HttpSink } = await import('../../relay/sinks/http/sink.js');
+  const sinkOptions: HttpSinkOptions = dropUndefined({
+    url: flags.to!,
+    secret,
+    concurrency: flags.concurrency === undefined ? undefined : positiveInt(flags.concurrency, '--concurrency'),
+    batchSize: flags.webhookBatch === undefined ? undefined : positiveInt(flags.webhookBatch, '--webhook-batch'),
+    ackTimeoutMs: flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout'),
+    format: flags.format === 'tidemark' ? undefined : (flags.format as FormatOptions['format']),
+    ceSource: flags.ceSource,
+    ceType: flags.ceType,
+  });
+  let sink: Sink;
+  try {
+    sink = new HttpSink(sinkOptions);
+  } catch (err) {
+    // The sink's own option names, in the CLI's words (its batchSize is not the relay's --batch).
+    const named: Record<string, string> = { secret: where, concurrency: '--concurrency', batchSize: '--webhook-batch' };
+    if (err instanceof InvalidOptionsError && named[err.option]) throw new CliError(`${named[err.option]}: ${err.message.slice(err.option.length + 2)}`);
+    return configured(() => {
+      throw err;
+    });
+  }
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
 }

@@ -86,7 +86,9 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
   if (roles.has('pruner')) configured(() => resolvePrunerOptions(prunerOptions));
   const relaying: RelaySetup | undefined = roles.has('relay') ? await relaySetup(options, options.schema) : undefined;
   if (!relaying) {
-    const given = (['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange', 'from'] as const).find((k) => options[k] !== undefined);
+    const given = (
+      ['to', 'consumer', 'stream', 'subject', 'natsStream', 'createStream', 'exchange', 'routingKey', 'createExchange', 'from', 'webhookSecretFile', 'concurrency', 'webhookBatch', 'onRefused'] as const
+    ).find((k) => options[k] !== undefined);
     if (given) throw new CliError(`--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: applies to the relay role; add relay to --roles`);
   }
 
@@ -177,7 +179,11 @@ export async function serveCommand(options: ServeCommandOptions, command = 'serv
           } else if (event.type === 'retry') {
             if (event.source === 'sink') h.sinkUp = false;
             h.lastError = oneLine(event.error);
-            log(`${as('relay')}${event.stream ? `stream ${JSON.stringify(event.stream)}: ` : ''}${h.lastError}; retrying in ${event.delayMs} ms`);
+            log(`${as('relay')}${event.stream ? `stream ${JSON.stringify(event.stream)}: ` : ''}${h.lastError}; retrying ${event.seq === undefined ? '' : `seq ${event.seq} `}in ${event.delayMs} ms`);
+          } else if (event.type === 'dead-letter') {
+            log(`${as('relay')}stream ${JSON.stringify(event.stream)}: seq ${event.seq} refused (${oneLine(event.error)}); recorded as dead letter ${event.id}, going on`);
+          } else if (event.type === 'dead-letter:replay') {
+            log(`${as('relay')}stream ${JSON.stringify(event.stream)}: dead letter ${event.id} (seq ${event.seq}) ${event.error === undefined ? 'replayed: published' : `replay refused (${oneLine(event.error)}); it stays`}`);
           }
         },
         onError: (err) => log(`${as('relay')}${oneLine(err)}`),

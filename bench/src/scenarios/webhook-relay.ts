@@ -1,0 +1,270 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import { HttpSink, Relay, Watermarker } from 'tidemark';
+import { benchPool } from '../db.js';
+import type { BenchContext } from '../context.js';
+import { fmt, ratioText, type Goal, type ScenarioResult } from '../report.js';
+import { tidemarkContender } from '../contenders/tidemark.js';
+
+const BATCH = 500;
+const CONCURRENCY = 16;
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+
+/**
+ * The relay to an HTTP webhook, against a local node:http receiver in a
+ * child process of its own (answering 204 to every POST, counting them), so
+ * it does not share the event loop or core of the side measured:
+ * (a) a backlog relayed by `Relay` + `HttpSink` (signed, 16 keys in flight,
+ *     one event per request), against a plain keep-alive POST loop sending
+ *     the same bodies with the same concurrency and no database; runs
+ *     alternate plain, relay, relay, plain;
+ * (b) memory: peak RSS of a `tidemark relay --to http://...` process
+ *     draining a backlog.
+ */
+export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioResult> {
+  const t0 = performance.now();
+  const rows: (string | number | null)[][] = [];
+  const goals: Goal[] = [];
+  const notes: string[] = [];
+  const receiver = await startReceiver();
+  const url = await ctx.server.freshDatabase('webhook');
+  const pool = benchPool(url, 8);
+  try {
+    await tidemarkContender().install(pool);
+    const backlog = ctx.pick(5_000, 100_000);
+    ctx.progress.step(`webhook-relay: preloading ${backlog.toLocaleString('en-US')} events`);
+    await preload(pool, 'bench', backlog);
+    await pool.query('VACUUM ANALYZE tidemark.events');
+    await new Watermarker(pool, { owner: 'bench' }).step();
+    const bodies = await loadRequests(pool, 'bench');
+    const last = BigInt((await pool.query<{ max: string }>("SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = 'bench'")).rows[0]!.max);
+
+    const rate = { plain: { events: 0, ms: 0 }, relay: { events: 0, ms: 0 } };
+    let run = 0;
+    for (const side of ['plain', 'relay', 'relay', 'plain'] as const) {
+      run += 1;
+      ctx.progress.step(`webhook-relay: backlog of ${backlog.toLocaleString('en-US')}, ${side} (run ${run} of 4)`);
+      const ms = side === 'plain' ? await plainPost(receiver.url, bodies) : await relayBacklog(pool, receiver.url, run, last);
+      rate[side].events += bodies.length;
+      rate[side].ms += ms;
+    }
+    const perSec = (x: { events: number; ms: number }) => (x.events / x.ms) * 1000;
+    const ratio = perSec(rate.relay) / perSec(rate.plain);
+    rows.push([`backlog ${backlog.toLocaleString('en-US')}: events/s`, Math.round(perSec(rate.relay)), Math.round(perSec(rate.plain)), fmt(ratio)]);
+    goals.push({ goal: 'relay backlog to a webhook: relay / plain keep-alive POST loop', target: '>= 0.8', measured: ratioText(ratio, 0.8), met: ratio >= 0.8 });
+    notes.push(
+      `Both sides POST one event per request over ${CONCURRENCY} keep-alive connections, with the same body and headers (webhook-id, -timestamp, -signature, tidemark-*, traceparent). ` +
+        `The relay reads the events, builds and signs each request as it sends it, keeps each key's events in order (64 keys in the backlog), and commits pages of ${BATCH}; ` +
+        'the plain loop builds and signs each request as it sends it too, from events read beforehand, in any order.',
+    );
+
+    const big = ctx.pick(20_000, 1_000_000);
+    ctx.progress.step(`webhook-relay: memory, preloading ${big.toLocaleString('en-US')} events`);
+    await preload(pool, 'big', big);
+    await new Watermarker(pool, { owner: 'bench' }).step();
+    ctx.progress.step(`webhook-relay: memory, draining ${big.toLocaleString('en-US')} events`);
+    const memory = await relayProcessPeak(pool, url, receiver.url, 'big');
+    if (memory) {
+      rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: peak RSS (MB)`, fmt(memory.peakMb, 1), null, null]);
+      rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: events/s`, Math.round(big / memory.seconds), null, null]);
+      goals.push({ goal: `webhook relay RSS while draining ${big.toLocaleString('en-US')} events`, target: '< 150 MB', measured: `${fmt(memory.peakMb, 1)} MB in ${fmt(memory.seconds, 1)} s`, met: memory.peakMb < 150 });
+      notes.push(`The memory run is \`${memory.command}\` as a child process; its peak is VmHWM from /proc. The receiver runs in another child process.`);
+    } else {
+      notes.push('The memory run needs /proc and a built CLI (npm run build); it was skipped.');
+    }
+  } finally {
+    await pool.end();
+    await receiver.stop();
+  }
+  notes.push(`The receiver answered ${receiver.count().toLocaleString('en-US')} requests in all.`);
+  return {
+    id: 'webhook-relay',
+    title: 'Relay to an HTTP webhook',
+    method:
+      'A node:http receiver in a child process answers 204 to every POST. Backlog: events preloaded (64 keys), then relayed by a `Relay` with an `HttpSink` ' +
+      `(page ${BATCH}, concurrency ${CONCURRENCY}, signed, a fresh cursor per run) until its cursor reaches the last event; the plain loop POSTs the same requests (bodies and headers, built and signed as it sends them, from events read beforehand) ` +
+      `from ${CONCURRENCY} workers over a keep-alive agent of ${CONCURRENCY} sockets. Runs alternate plain, relay, relay, plain. Memory: \`tidemark relay --to http://...\` in a child process drains a fresh backlog.`,
+    columns: ['measure', 'relay', 'plain POST loop', 'ratio'],
+    rows,
+    notes,
+    goals,
+    elapsedMs: performance.now() - t0,
+  };
+}
+
+async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> {
+  for (let done = 0; done < n; done += 100_000) {
+    await pool.query(
+      `INSERT INTO tidemark.events (stream, kind, key, payload, headers)
+       SELECT $1, 'order.placed', 'k' || (g % 64), jsonb_build_object('id', g, 'total', g % 1000, 'note', 'a typical small event body'), '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+         FROM generate_series($2::bigint, $3::bigint) g`,
+      [stream, done + 1, Math.min(n, done + 100_000)],
+    );
+  }
+}
+
+/** The receiver, in a child process: answers 204, counts requests, prints its port first and its count on demand (SIGUSR2). */
+const RECEIVER = `
+const http = require('node:http');
+let n = 0;
+const server = http.createServer((req, res) => { req.resume(); req.on('end', () => { n += 1; res.writeHead(204).end(); }); });
+server.keepAliveTimeout = 60000;
+server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+process.on('SIGUSR2', () => console.log('count ' + n));
+process.on('SIGTERM', () => { server.close(); server.closeAllConnections(); });
+`;
+
+async function startReceiver(): Promise<{ url: string; count: () => number; stop: () => Promise<void> }> {
+  const child: ChildProcess = spawn(process.execPath, ['-e', RECEIVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  let count = 0;
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`the receiver exited with ${code}`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const first = /^(\d+)\n/.exec(out);
+      if (first) resolve(Number(first[1]));
+      for (const m of out.matchAll(/count (\d+)\n/g)) count = Number(m[1]);
+    });
+  });
+  return {
+    url: `http://127.0.0.1:${port}/hooks`,
+    count: () => count,
+    stop: async () => {
+      const counted = new Promise<void>((resolve) => child.stdout!.on('data', () => /count \d+\n/.test(out) && resolve()));
+      child.kill('SIGUSR2');
+      await Promise.race([counted, new Promise((resolve) => setTimeout(resolve, 2000))]);
+      child.kill('SIGTERM');
+      if (child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve));
+    },
+  };
+}
+
+/** An event as the plain loop reads it beforehand. */
+interface PlainRequest {
+  seq: string;
+  kind: string;
+  key: string;
+  payload: string;
+  headers: string;
+  occurredAt: Date;
+}
+
+async function loadRequests(pool: pg.Pool, stream: string): Promise<PlainRequest[]> {
+  const r = await pool.query<{ seq: string; kind: string; key: string; payload: string; headers: string; occurred_at: Date }>(
+    'SELECT seq, kind, key, payload::text AS payload, headers::text AS headers, occurred_at FROM tidemark.events WHERE stream = $1 ORDER BY seq',
+    [stream],
+  );
+  return r.rows.map((row) => ({ seq: row.seq, kind: row.kind, key: row.key, payload: row.payload, headers: row.headers, occurredAt: row.occurred_at }));
+}
+
+const KEY = Buffer.from(SECRET.slice('whsec_'.length), 'base64');
+
+/** The request the sink sends for `e`, built and signed as a hand-written sender would, when it is sent. */
+function plainRequest(e: PlainRequest, stream: string): { body: Buffer; headers: Record<string, string> } {
+  const body = Buffer.from(e.payload);
+  const id = `bench:${e.seq}`;
+  const timestamp = String(Math.floor(Date.now() / 1000));
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    'content-length': String(body.length),
+    'webhook-id': id,
+    'webhook-timestamp': timestamp,
+    'webhook-signature': `v1,${createHmac('sha256', KEY).update(`${id}.${timestamp}.`).update(body).digest('base64')}`,
+    'tidemark-seq': e.seq,
+    'tidemark-stream': stream,
+    'tidemark-kind': e.kind,
+    'tidemark-key': e.key,
+    'tidemark-occurred-at': e.occurredAt.toISOString(),
+    'tidemark-headers': e.headers,
+  };
+  for (const [name, value] of Object.entries(JSON.parse(e.headers) as Record<string, unknown>)) if (typeof value === 'string') headers[name] = value;
+  return { body, headers };
+}
+
+/** The plain side: the same requests POSTed by CONCURRENCY workers over a keep-alive agent, no order kept. */
+async function plainPost(url: string, bodies: PlainRequest[]): Promise<number> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY, maxFreeSockets: CONCURRENCY });
+  const target = new URL(url);
+  let next = 0;
+  const post = (event: PlainRequest) =>
+    new Promise<void>((resolve, reject) => {
+      const { body, headers } = plainRequest(event, 'bench');
+      const req = http.request(target, { method: 'POST', agent, headers }, (res) => {
+        res.resume();
+        res.once('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`answered ${res.statusCode}`))));
+      });
+      req.once('error', reject);
+      req.end(body);
+    });
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < bodies.length) await post(bodies[next++]!);
+    }),
+  );
+  const ms = performance.now() - start;
+  agent.destroy();
+  return ms;
+}
+
+async function relayBacklog(pool: pg.Pool, url: string, run: number, last: bigint): Promise<number> {
+  const sink = new HttpSink({ url, secret: SECRET, concurrency: CONCURRENCY });
+  let reached!: () => void;
+  const done = new Promise<void>((resolve) => (reached = resolve));
+  const relay = new Relay(pool, sink, {
+    consumer: `bench-${run}`,
+    streams: ['bench'],
+    batchSize: BATCH,
+    listen: false,
+    observer: (e) => {
+      if (e.type === 'published' && e.cursor >= last) reached();
+    },
+  });
+  const stop = new AbortController();
+  const start = performance.now();
+  const running = relay.run(stop.signal);
+  await Promise.race([done, running]);
+  const ms = performance.now() - start;
+  stop.abort();
+  await running;
+  await relay.close();
+  return ms;
+}
+
+async function relayProcessPeak(pool: pg.Pool, dbUrl: string, to: string, stream: string): Promise<{ peakMb: number; seconds: number; command: string } | undefined> {
+  const bin = fileURLToPath(new URL('../../../bin/tidemark.js', import.meta.url));
+  const built = fileURLToPath(new URL('../../../dist/cli/main.js', import.meta.url));
+  if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
+  const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
+  const args = ['relay', '--database-url', dbUrl, '--to', to, '--consumer', 'memory', '--stream', stream];
+  // Run as a user runs it: through its shebang (env execs node in place, so the pid is node's); the secret from the environment.
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, TIDEMARK_WEBHOOK_SECRET: SECRET } });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const start = performance.now();
+  let peakKb = 0;
+  try {
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`tidemark relay exited with ${child.exitCode}: ${stderr.trim()}`);
+      const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch(() => '');
+      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
+      const r = await pool.query<{ seq: string }>(`SELECT seq FROM tidemark.cursors WHERE consumer = 'memory' AND stream = $1`, [stream]);
+      if (r.rows[0] && BigInt(r.rows[0].seq) >= last) break;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    const seconds = (performance.now() - start) / 1000;
+    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
+    peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
+    return { peakMb: peakKb / 1024, seconds, command: `TIDEMARK_WEBHOOK_SECRET=... tidemark ${args.map((a) => (a === dbUrl ? '<db>' : a)).join(' ')}` };
+  } finally {
+    child.kill('SIGTERM');
+    await exited;
+  }
+}
