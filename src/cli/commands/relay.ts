@@ -88,12 +88,14 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
   if (flags.onRefused !== undefined && flags.onRefused !== 'stop' && flags.onRefused !== 'dead-letter') {
     throw new CliError(`--on-refused: expected stop or dead-letter, got ${echoValue(flags.onRefused)}`);
   }
-  if (web) return webhookSetup(flags, schema);
-  if (redis) return redisSetup(flags, schema);
   const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
-  const ackTimeoutMs = flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout');
-  // Every sink takes the format options (src/relay/format.ts); `tidemark` is the default.
-  const format = { format: flags.format === 'tidemark' ? undefined : flags.format, ceSource: flags.ceSource, ceType: flags.ceType } as FormatOptions;
+  // What every sink takes: the acknowledgement timeout and the format options (src/relay/format.ts).
+  const common = dropUndefined({
+    ackTimeoutMs: flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout'),
+    format: flags.format === 'tidemark' ? undefined : (flags.format as FormatOptions['format']),
+    ceSource: flags.ceSource,
+    ceType: flags.ceType,
+  });
   const options: RelayOptions = {
     consumer: flags.consumer,
     streams: flags.stream,
@@ -103,33 +105,47 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
     pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
     onRefused: flags.onRefused as RelayOptions['onRefused'],
   };
-  const { NatsSink } = nats ? await import('../../relay/sinks/nats/sink.js') : { NatsSink: undefined };
-  const { RabbitMqSink } = amqp ? await import('../../relay/sinks/rabbitmq/sink.js') : { RabbitMqSink: undefined };
-  // The broker's client package (an optional peer dependency), now: missing,
-  // the command says which to install before it touches the database.
-  if (nats) await (await import('../../relay/sinks/nats/client.js')).loadNats();
-  else await (await import('../../relay/sinks/rabbitmq/client.js')).loadAmqp();
-  const sink = configured<Sink>(() =>
-    NatsSink
-      ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ackTimeoutMs, ...format }))
-      : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ackTimeoutMs, ...format })),
-  );
+  const sink = web ? await webhookSink(flags, common) : redis ? await redisSink(flags, common) : await brokerSink(flags, nats, common);
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
 }
 
+/** What every sink's options share, from the flags. */
+type CommonSinkOptions = Pick<FormatOptions, 'format' | 'ceSource' | 'ceType'> & { ackTimeoutMs?: number };
+
+/**
+ * Builds a sink; its `InvalidOptionsError` in the CLI's words. `named` maps
+ * the sink's own option names that are not the flags' (`stream` of the
+ * Redis sink is --redis-stream, not --stream).
+ */
+function buildSink(make: () => Sink, named: Record<string, string> = {}): Sink {
+  try {
+    return make();
+  } catch (err) {
+    if (err instanceof InvalidOptionsError && named[err.option]) throw new CliError(`${named[err.option]}: ${err.message.slice(err.option.length + 2)}`);
+    return configured(() => {
+      throw err;
+    });
+  }
+}
+
+/** The relay to NATS JetStream or RabbitMQ. */
+async function brokerSink(flags: RelayFlags, nats: boolean, common: CommonSinkOptions): Promise<Sink> {
+  const { NatsSink } = nats ? await import('../../relay/sinks/nats/sink.js') : { NatsSink: undefined };
+  const { RabbitMqSink } = nats ? { RabbitMqSink: undefined } : await import('../../relay/sinks/rabbitmq/sink.js');
+  // The broker's client package (an optional peer dependency), now: missing,
+  // the command says which to install before it touches the database.
+  if (nats) await (await import('../../relay/sinks/nats/client.js')).loadNats();
+  else await (await import('../../relay/sinks/rabbitmq/client.js')).loadAmqp();
+  return buildSink(() =>
+    NatsSink
+      ? new NatsSink(dropUndefined({ url: flags.to!, stream: flags.natsStream, subject: flags.subject, createStream: flags.createStream, ...common }))
+      : new RabbitMqSink!(dropUndefined({ url: flags.to!, exchange: flags.exchange, routingKey: flags.routingKey, createExchange: flags.createExchange, ...common })),
+  );
+}
+
 /** The relay to a redis:// or rediss:// server (src/relay/sinks/redis). */
-async function redisSetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
-  const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
-  const options: RelayOptions = {
-    consumer: flags.consumer!,
-    streams: flags.stream!,
-    schema,
-    batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
-    restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
-    pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
-    onRefused: flags.onRefused as RelayOptions['onRefused'],
-  };
+async function redisSink(flags: RelayFlags, common: CommonSinkOptions): Promise<Sink> {
   const { RedisSink } = await import('../../relay/sinks/redis/sink.js');
   // ioredis (an optional peer dependency), now: missing, the command says so before it touches the database.
   await (await import('../../relay/sinks/redis/client.js')).loadRedis();
@@ -138,29 +154,13 @@ async function redisSetup(flags: RelayFlags, schema: string): Promise<RelaySetup
     stream: flags.redisStream,
     maxLen: flags.maxLen === undefined ? undefined : positiveInt(flags.maxLen, '--max-len'),
     minIdLag: flags.minIdLag === undefined ? undefined : positiveInt(flags.minIdLag, '--min-id-lag'),
-    ackTimeoutMs: flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout'),
-    format: flags.format === 'tidemark' ? undefined : (flags.format as FormatOptions['format']),
-    ceSource: flags.ceSource,
-    ceType: flags.ceType,
+    ...common,
   });
-  let sink: Sink;
-  try {
-    sink = new RedisSink(sinkOptions);
-  } catch (err) {
-    // The sink's own option names, in the CLI's words (its `stream` is the key template, not --stream).
-    const named: Record<string, string> = { stream: '--redis-stream', maxLen: '--max-len', minIdLag: '--min-id-lag' };
-    if (err instanceof InvalidOptionsError && named[err.option]) throw new CliError(`${named[err.option]}: ${err.message.slice(err.option.length + 2)}`);
-    return configured(() => {
-      throw err;
-    });
-  }
-  configured(() => resolveRelayOptions(options));
-  return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
+  return buildSink(() => new RedisSink(sinkOptions), { stream: '--redis-stream', maxLen: '--max-len', minIdLag: '--min-id-lag' });
 }
 
 /** The relay to an http(s):// webhook: the secret from a file or the environment, never from a flag's value. */
-async function webhookSetup(flags: RelayFlags, schema: string): Promise<RelaySetup> {
-  const from = flags.from === undefined ? undefined : cursorTarget(flags.from, '--from');
+async function webhookSink(flags: RelayFlags, common: CommonSinkOptions): Promise<Sink> {
   let secret: string | undefined;
   if (flags.webhookSecretFile !== undefined) {
     try {
@@ -173,39 +173,16 @@ async function webhookSetup(flags: RelayFlags, schema: string): Promise<RelaySet
     secret = process.env[WEBHOOK_SECRET_ENV];
   }
   const where = flags.webhookSecretFile !== undefined ? '--webhook-secret-file' : WEBHOOK_SECRET_ENV;
-  const options: RelayOptions = {
-    consumer: flags.consumer!,
-    streams: flags.stream!,
-    schema,
-    batchSize: flags.batch === undefined ? undefined : positiveInt(flags.batch, '--batch'),
-    restartWithinMs: flags.restartWithin === undefined ? undefined : parseDuration(flags.restartWithin, '--restart-within'),
-    pollIntervalMs: flags.poll === undefined ? undefined : parseDuration(flags.poll, '--poll'),
-    onRefused: flags.onRefused as RelayOptions['onRefused'],
-  };
   const { HttpSink } = await import('../../relay/sinks/http/sink.js');
   const sinkOptions: HttpSinkOptions = dropUndefined({
     url: flags.to!,
     secret,
     concurrency: flags.concurrency === undefined ? undefined : positiveInt(flags.concurrency, '--concurrency'),
     batchSize: flags.webhookBatch === undefined ? undefined : positiveInt(flags.webhookBatch, '--webhook-batch'),
-    ackTimeoutMs: flags.ackTimeout === undefined ? undefined : parseDuration(flags.ackTimeout, '--ack-timeout'),
-    format: flags.format === 'tidemark' ? undefined : (flags.format as FormatOptions['format']),
-    ceSource: flags.ceSource,
-    ceType: flags.ceType,
+    ...common,
   });
-  let sink: Sink;
-  try {
-    sink = new HttpSink(sinkOptions);
-  } catch (err) {
-    // The sink's own option names, in the CLI's words (its batchSize is not the relay's --batch).
-    const named: Record<string, string> = { secret: where, concurrency: '--concurrency', batchSize: '--webhook-batch' };
-    if (err instanceof InvalidOptionsError && named[err.option]) throw new CliError(`${named[err.option]}: ${err.message.slice(err.option.length + 2)}`);
-    return configured(() => {
-      throw err;
-    });
-  }
-  configured(() => resolveRelayOptions(options));
-  return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
+  // Its batchSize is not the relay's --batch.
+  return buildSink(() => new HttpSink(sinkOptions), { secret: where, concurrency: '--concurrency', batchSize: '--webhook-batch' });
 }
 
 function dropUndefined<T extends object>(value: T): T {
