@@ -13,34 +13,21 @@ import { CloudEvent, HTTP } from 'cloudevents';
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from '@nats-io/jetstream';
 import { connect as natsConnect } from '@nats-io/transport-node';
 import { connect as amqpConnect, type Message } from 'amqplib';
-import { streamEvent } from '../../src/consumer/exact-json.js';
 import { InvalidOptionsError } from '../../src/errors.js';
 import { cloudEventId, messageFormat } from '../../src/relay/format.js';
 import type { RelayMessage, SinkTarget } from '../../src/relay/sink.js';
 import { NatsSink } from '../../src/relay/sinks/nats/sink.js';
 import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq/sink.js';
-import { TEST_ORIGIN } from '../support/memory-sink.js';
+import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { startNatsServer } from '../support/nats-server.js';
 
 const never = new AbortController().signal;
 const TARGET: SinkTarget = { schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN };
 /** A payload no JavaScript number holds, and characters JSON escapes. */
-const PAYLOAD = '{"n": 12345678901234567890, "note": "ünïcode \\"q\\" ✓", "x": 1e400}';
+const PAYLOAD = EXACT_PAYLOAD;
 
 function message(seq: number, fields: { key?: string; headersText?: string } = {}): RelayMessage {
-  return {
-    id: `tidemark:${seq}`,
-    schema: 'tidemark',
-    event: streamEvent({
-      seq: BigInt(seq),
-      stream: 'orders',
-      kind: 'order.placed',
-      key: fields.key ?? `order-${seq}`,
-      payloadText: PAYLOAD,
-      headersText: fields.headersText ?? '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}',
-      occurredAt: new Date(Date.UTC(2026, 11, 5, 9, 0, 0, seq)),
-    }),
-  };
+  return relayMessage(seq, { headersText: '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}', ...fields });
 }
 
 /** The SDK's reading of an HTTP-shaped message; throws when it is not a valid CloudEvent. */

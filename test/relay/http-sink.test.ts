@@ -11,13 +11,12 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { after, test } from 'node:test';
 import { HTTP, type CloudEvent } from 'cloudevents';
-import { streamEvent } from '../../src/consumer/exact-json.js';
 import { InvalidOptionsError, SinkError } from '../../src/errors.js';
 import type { RelayMessage, SinkRetry, SinkTarget } from '../../src/relay/sink.js';
 import { HttpSink, type HttpSinkOptions } from '../../src/relay/sinks/http/sink.js';
 import { signature, signingKey } from '../../src/relay/sinks/http/sign.js';
 import { retryAfter } from '../../src/relay/sinks/http/request.js';
-import { TEST_ORIGIN } from '../support/memory-sink.js';
+import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { Receiver, seeded, type Received } from '../support/receiver.js';
 
 const never = new AbortController().signal;
@@ -26,23 +25,11 @@ const BOUNDED = { timeout: 20_000 };
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const KEY = Buffer.from('MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'base64');
 /** Spacing, escapes and a number no JavaScript number holds: must arrive byte for byte. */
-const PAYLOAD = '{"n": 12345678901234567890, "note": "ünïcode \\"q\\" ✓", "x": 1e400}';
+const PAYLOAD = EXACT_PAYLOAD;
 const TRACE = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
 function message(seq: number, fields: { key?: string; headersText?: string; stream?: string } = {}): RelayMessage {
-  return {
-    id: `tidemark:${seq}`,
-    schema: 'tidemark',
-    event: streamEvent({
-      seq: BigInt(seq),
-      stream: fields.stream ?? 'orders',
-      kind: 'order.placed',
-      key: fields.key ?? `order-${seq}`,
-      payloadText: PAYLOAD,
-      headersText: fields.headersText ?? `{"traceparent": "${TRACE}", "tracestate": "k=v"}`,
-      occurredAt: new Date('2026-01-02T03:04:05.678Z'),
-    }),
-  };
+  return relayMessage(seq, { headersText: `{"traceparent": "${TRACE}", "tracestate": "k=v"}`, occurredAt: new Date('2026-01-02T03:04:05.678Z'), ...fields });
 }
 
 const receivers: Receiver[] = [];

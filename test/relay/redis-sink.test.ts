@@ -10,14 +10,13 @@ import assert from 'node:assert/strict';
 import { after, test, type TestContext } from 'node:test';
 import { CloudEvent } from 'cloudevents';
 import { Redis } from 'ioredis';
-import { streamEvent } from '../../src/consumer/exact-json.js';
 import { InvalidOptionsError, SinkError } from '../../src/errors.js';
 import { Relay, Watermarker } from '../../src/index.js';
 import { setCursor } from '../../src/consumer/cursors.js';
 import type { RelayMessage, SinkTarget } from '../../src/relay/sink.js';
 import { RedisSink, type RedisSinkOptions } from '../../src/relay/sinks/redis/sink.js';
 import { closeAdmin, insertEvent, testDb, waitFor } from '../support/db.js';
-import { TEST_ORIGIN } from '../support/memory-sink.js';
+import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { freePort } from '../support/nats-server.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
@@ -26,23 +25,11 @@ after(closeAdmin);
 const never = new AbortController().signal;
 const TARGET: SinkTarget = { schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN };
 /** A payload no JavaScript number holds, and characters JSON escapes. */
-const PAYLOAD = '{"n": 12345678901234567890, "note": "ünïcode \\"q\\" ✓", "x": 1e400}';
+const PAYLOAD = EXACT_PAYLOAD;
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
 function message(seq: number, fields: { stream?: string; headersText?: string; payloadText?: string } = {}): RelayMessage {
-  return {
-    id: `tidemark:${seq}`,
-    schema: 'tidemark',
-    event: streamEvent({
-      seq: BigInt(seq),
-      stream: fields.stream ?? 'orders',
-      kind: 'order.placed',
-      key: `order-${seq}`,
-      payloadText: fields.payloadText ?? PAYLOAD,
-      headersText: fields.headersText ?? '{}',
-      occurredAt: new Date(Date.UTC(2026, 11, 5, 9, 0, 0, seq)),
-    }),
-  };
+  return relayMessage(seq, fields);
 }
 
 const messages = (...seqs: number[]) => seqs.map((seq) => message(seq));

@@ -5,6 +5,7 @@
  */
 import { SinkError } from '../../src/errors.js';
 import type { RelayMessage, Sink, SinkTarget } from '../../src/relay/sink.js';
+import { streamEvent, type EventText } from '../../src/consumer/exact-json.js';
 
 export class MemorySink implements Sink {
   readonly name = 'memory';
@@ -68,3 +69,29 @@ export function poisoned(seq: bigint): SinkError {
 
 /** An origin id (migration 18) for sinks opened without a database. */
 export const TEST_ORIGIN = '00000000-0000-4000-8000-000000000001';
+
+/** A payload as PostgreSQL may hold it: a number no JavaScript number holds, escapes and non-ASCII, which a sink must send byte for byte. */
+export const EXACT_PAYLOAD = '{"n": 12345678901234567890, "note": "ünïcode \\"q\\" ✓", "x": 1e400}';
+
+/**
+ * A message as the relay builds it, for a sink's tests: seq `seq` of
+ * `orders`, kind `order.placed`, key `order-<seq>`, `EXACT_PAYLOAD`, no
+ * headers, occurred at 2026-12-05T09:00:00 plus `seq` milliseconds, unless
+ * `fields` says otherwise.
+ */
+export function relayMessage(seq: number, fields: Partial<Omit<EventText, 'seq'>> = {}): RelayMessage {
+  return {
+    id: `tidemark:${seq}`,
+    schema: 'tidemark',
+    event: streamEvent({
+      seq: BigInt(seq),
+      stream: 'orders',
+      kind: 'order.placed',
+      key: `order-${seq}`,
+      payloadText: EXACT_PAYLOAD,
+      headersText: '{}',
+      occurredAt: new Date(Date.UTC(2026, 11, 5, 9, 0, 0, seq)),
+      ...fields,
+    }),
+  };
+}
