@@ -1,20 +1,19 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
-import { RedisSink, Relay, Watermarker, type RelayMessage } from 'tidemark';
+import { RedisSink, Watermarker, type RelayMessage } from 'tidemark';
 import { freePort } from 'tidemark/embedded';
 import { benchPool } from '../db.js';
+import { preloadBacklog, RELAY_BATCH, relayBacklog, relayProcessPeak } from '../relay-runs.js';
 import type { BenchContext } from '../context.js';
 import { fmt, ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { tidemarkContender } from '../contenders/tidemark.js';
 
-const BATCH = 500;
 const ID = 'redis-relay';
 const TITLE = 'Relay to Redis Streams';
 
@@ -45,7 +44,7 @@ export async function redisRelayScenario(ctx: BenchContext): Promise<ScenarioRes
     await tidemarkContender().install(pool);
     const backlog = ctx.pick(5_000, 100_000);
     ctx.progress.step(`${ID}: preloading ${backlog.toLocaleString('en-US')} events`);
-    await preload(pool, 'bench', backlog);
+    await preloadBacklog(pool, 'bench', backlog);
     await pool.query('VACUUM ANALYZE tidemark.events');
     await new Watermarker(pool, { owner: 'bench' }).step();
 
@@ -59,7 +58,7 @@ export async function redisRelayScenario(ctx: BenchContext): Promise<ScenarioRes
       const ms =
         side === 'plain' ? await plainXadd(redis.url, run, entries)
         : side === 'sink' ? await sinkPublish(redis.url, run, entries.messages)
-        : await relayBacklog(pool, redis.url, run, entries.last);
+        : await relayBacklog(pool, new RedisSink({ url: redis.url, stream: `relay${run}:{stream}` }), `bench-redis-${run}`, entries.last);
       rate[side].events += entries.count;
       rate[side].ms += ms;
     }
@@ -75,10 +74,10 @@ export async function redisRelayScenario(ctx: BenchContext): Promise<ScenarioRes
     // (b) Peak RSS of the relay process over a large backlog.
     const big = ctx.pick(20_000, 1_000_000);
     ctx.progress.step(`${ID}: memory, preloading ${big.toLocaleString('en-US')} events`);
-    await preload(pool, 'big', big);
+    await preloadBacklog(pool, 'big', big);
     await new Watermarker(pool, { owner: 'bench' }).step();
     ctx.progress.step(`${ID}: memory, draining ${big.toLocaleString('en-US')} events`);
-    const memory = await relayProcessPeak(pool, url, redis.url, 'big');
+    const memory = await relayProcessPeak(pool, url, 'big', ['--to', redis.url, '--redis-stream', 'memory:{stream}', '--max-len', '100000']);
     if (memory) {
       rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: peak RSS (MB)`, fmt(memory.peakMb, 1), null, null]);
       goals.push({ goal: `redis relay RSS while draining ${big.toLocaleString('en-US')} events`, target: '< 150 MB', measured: `${fmt(memory.peakMb, 1)} MB in ${fmt(memory.seconds, 1)} s`, met: memory.peakMb < 150 });
@@ -94,8 +93,8 @@ export async function redisRelayScenario(ctx: BenchContext): Promise<ScenarioRes
     id: ID,
     title: TITLE,
     method:
-      `A private redis-server (no persistence: the bench measures the relay, not the disk). Backlog: events preloaded, then relayed by a \`Relay\` with a \`RedisSink\` (batch ${BATCH}, one MULTI/EXEC per page, a fresh cursor and key per run) until its cursor reaches the last event; ` +
-      `the plain side sends the same entries (key, id <seq>-0, the same fields, read beforehand) with ioredis, ${BATCH} XADDs per pipeline, each pipeline awaited before the next. ` +
+      `A private redis-server (no persistence: the bench measures the relay, not the disk). Backlog: events preloaded, then relayed by a \`Relay\` with a \`RedisSink\` (batch ${RELAY_BATCH}, one MULTI/EXEC per page, a fresh cursor and key per run) until its cursor reaches the last event; ` +
+      `the plain side sends the same entries (key, id <seq>-0, the same fields, read beforehand) with ioredis, ${RELAY_BATCH} XADDs per pipeline, each pipeline awaited before the next. ` +
       'Runs alternate plain, relay, sink alone, sink alone, relay, plain. ' +
       'Memory: `tidemark relay` in a child process drains a fresh backlog.',
     columns: ['measure', 'relay', 'plain XADD', 'ratio'],
@@ -144,17 +143,6 @@ function pongs(port: number): Promise<boolean> {
     socket.on('data', (d: Buffer) => done(d.toString('latin1').startsWith('+PONG')));
     socket.on('error', () => done(false));
   });
-}
-
-async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> {
-  for (let done = 0; done < n; done += 100_000) {
-    await pool.query(
-      `INSERT INTO tidemark.events (stream, kind, key, payload, headers)
-       SELECT $1, 'order.placed', 'k' || (g % 64), jsonb_build_object('id', g, 'total', g % 1000, 'note', 'a typical small event body'), '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-         FROM generate_series($2::bigint, $3::bigint) g`,
-      [stream, done + 1, Math.min(n, done + 100_000)],
-    );
-  }
 }
 
 /** The backlog's entries as RedisSink writes them: id and field list per event. */
@@ -210,9 +198,9 @@ async function plainXadd(url: string, run: number, entries: Entries): Promise<nu
   try {
     const key = `plain:${run}`;
     const start = performance.now();
-    for (let i = 0; i < entries.count; i += BATCH) {
+    for (let i = 0; i < entries.count; i += RELAY_BATCH) {
       const pipeline = client.pipeline();
-      for (let j = i; j < Math.min(entries.count, i + BATCH); j += 1) pipeline.xadd(key, entries.ids[j]!, ...(entries.fields[j] as [string, string]));
+      for (let j = i; j < Math.min(entries.count, i + RELAY_BATCH); j += 1) pipeline.xadd(key, entries.ids[j]!, ...(entries.fields[j] as [string, string]));
       const replies = await pipeline.exec();
       const failed = replies?.find(([err]) => err);
       if (failed) throw failed[0];
@@ -232,66 +220,10 @@ async function sinkPublish(url: string, run: number, messages: RelayMessage[]): 
   await sink.open({ schema: 'tidemark', streams: ['bench'], republishWithinMs: 100_000, origin: '00000000-0000-4000-8000-000000000001' }, signal);
   try {
     const start = performance.now();
-    for (let i = 0; i < messages.length; i += BATCH) await sink.publish(messages.slice(i, i + BATCH), signal);
+    for (let i = 0; i < messages.length; i += RELAY_BATCH) await sink.publish(messages.slice(i, i + RELAY_BATCH), signal);
     return performance.now() - start;
   } finally {
     await sink.close();
   }
 }
 
-/** Relays the backlog with a fresh cursor and key; the time until its cursor reached `last`. */
-async function relayBacklog(pool: pg.Pool, url: string, run: number, last: bigint): Promise<number> {
-  const sink = new RedisSink({ url, stream: `relay${run}:{stream}` });
-  let reached!: () => void;
-  const done = new Promise<void>((resolve) => (reached = resolve));
-  const relay = new Relay(pool, sink, {
-    consumer: `bench-redis-${run}`,
-    streams: ['bench'],
-    batchSize: BATCH,
-    listen: false,
-    observer: (e) => {
-      if (e.type === 'published' && e.cursor >= last) reached();
-    },
-  });
-  const stop = new AbortController();
-  const start = performance.now();
-  const running = relay.run(stop.signal);
-  await Promise.race([done, running]);
-  const ms = performance.now() - start;
-  stop.abort();
-  await running;
-  await relay.close();
-  return ms;
-}
-
-/** Runs `tidemark relay --to redis://...` over `stream` until its cursor reaches the stream's last event; its peak RSS. */
-async function relayProcessPeak(pool: pg.Pool, dbUrl: string, redisUrl: string, stream: string): Promise<{ peakMb: number; seconds: number; command: string } | undefined> {
-  const bin = fileURLToPath(new URL('../../../bin/tidemark.js', import.meta.url));
-  const built = fileURLToPath(new URL('../../../dist/cli/main.js', import.meta.url));
-  if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
-  const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
-  const args = ['relay', '--database-url', dbUrl, '--to', redisUrl, '--consumer', 'memory', '--stream', stream, '--redis-stream', 'memory:{stream}', '--max-len', '100000'];
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const start = performance.now();
-  let peakKb = 0;
-  try {
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`tidemark relay exited with ${child.exitCode}: ${stderr.trim()}`);
-      const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch(() => '');
-      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-      const r = await pool.query<{ seq: string }>(`SELECT seq FROM tidemark.cursors WHERE consumer = 'memory' AND stream = $1`, [stream]);
-      if (r.rows[0] && BigInt(r.rows[0].seq) >= last) break;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    const seconds = (performance.now() - start) / 1000;
-    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
-    peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-    return { peakMb: peakKb / 1024, seconds, command: `tidemark ${args.map((a) => (a === dbUrl ? '<db>' : a)).join(' ')}` };
-  } finally {
-    child.kill('SIGTERM');
-    await exited;
-  }
-}

@@ -1,12 +1,9 @@
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { NatsSink, Relay, Watermarker, type RelayMessage, type Sink, type SinkTarget } from 'tidemark';
 import { benchPool } from '../db.js';
+import { preloadBacklog, RELAY_BATCH, relayBacklog, relayProcessPeak } from '../relay-runs.js';
 import { installedDatabase, settle, type BenchContext } from '../context.js';
 import { epochMs } from '../load.js';
 import { spawnWorker } from '../worker.js';
@@ -16,7 +13,6 @@ import { fmt, ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { tidemarkContender } from '../contenders/tidemark.js';
 import { startBenchNats, type BenchNats } from '../nats.js';
 
-const BATCH = 500;
 /** Live latency: commits in the first second of load are not measured. */
 const WARM_UP_MS = 1000;
 
@@ -47,7 +43,7 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
     await tidemarkContender().install(pool);
     const backlog = ctx.pick(5_000, 100_000);
     ctx.progress.step(`relay: preloading ${backlog.toLocaleString('en-US')} events`);
-    await preload(pool, 'bench', backlog);
+    await preloadBacklog(pool, 'bench', backlog);
     await pool.query('VACUUM ANALYZE tidemark.events');
     await new Watermarker(pool, { owner: 'bench' }).step();
 
@@ -59,7 +55,7 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
       run += 1;
       ctx.progress.step(`relay: backlog of ${backlog.toLocaleString('en-US')}, ${side} (run ${run} of 6)`);
       const ms =
-        side === 'plain' ? await plainPublish(nats.url, run, messages) : side === 'sink' ? await sinkPublish(nats.url, run, messages) : await relayBacklog(pool, nats.url, run, messages.at(-1)!.event.seq);
+        side === 'plain' ? await plainPublish(nats.url, run, messages) : side === 'sink' ? await sinkPublish(nats.url, run, messages) : await relayBacklog(pool, new NatsSink({ url: nats.url, stream: `RELAY_${run}`, subject: `relay${run}.{stream}.{kind}`, createStream: true }), `bench-${run}`, messages.at(-1)!.event.seq);
       rate[side].events += messages.length;
       rate[side].ms += ms;
     }
@@ -86,10 +82,10 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
     // (c) Peak RSS of the relay process over a large backlog.
     const big = ctx.pick(20_000, 1_000_000);
     ctx.progress.step(`relay: memory, preloading ${big.toLocaleString('en-US')} events`);
-    await preload(pool, 'big', big);
+    await preloadBacklog(pool, 'big', big);
     await new Watermarker(pool, { owner: 'bench' }).step();
     ctx.progress.step(`relay: memory, draining ${big.toLocaleString('en-US')} events`);
-    const memory = await relayProcessPeak(pool, url, nats.url, 'big');
+    const memory = await relayProcessPeak(pool, url, 'big', ['--to', nats.url, '--nats-stream', 'MEMORY', '--subject', 'memory.{stream}.{kind}', '--create-stream']);
     if (memory) {
       rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: peak RSS (MB)`, fmt(memory.peakMb, 1), null, null]);
       goals.push({ goal: `relay RSS while draining ${big.toLocaleString('en-US')} events`, target: '< 150 MB', measured: `${fmt(memory.peakMb, 1)} MB in ${fmt(memory.seconds, 1)} s`, met: memory.peakMb < 150 });
@@ -105,8 +101,8 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
     id: 'relay',
     title: '7. Relay to NATS JetStream',
     method:
-      `A private nats-server (-js, file storage). Backlog: events preloaded, then relayed by a \`Relay\` with a \`NatsSink\` (batch ${BATCH}, a fresh cursor and JetStream stream per run) until its cursor reaches the last event; ` +
-      `the plain publisher sends the same messages (subjects, headers, bodies, Nats-Msg-Id) read beforehand, ${BATCH} at a time, each batch's acks awaited before the next. ` +
+      `A private nats-server (-js, file storage). Backlog: events preloaded, then relayed by a \`Relay\` with a \`NatsSink\` (batch ${RELAY_BATCH}, a fresh cursor and JetStream stream per run) until its cursor reaches the last event; ` +
+      `the plain publisher sends the same messages (subjects, headers, bodies, Nats-Msg-Id) read beforehand, ${RELAY_BATCH} at a time, each batch's acks awaited before the next. ` +
       'Runs alternate plain, relay, sink alone, sink alone, relay, plain. Live: 8 writers in a separate process commit one event per transaction at 1,000 events/s in total into a fresh database while `Watermarker.run` (defaults) publishes safe_seq; ' +
       "latency is from each writer's COMMIT returning to the relay's publish of that event resolving (all of its page's acks in), both on the machine's wall clock; the first second of load is a warm-up, not measured. Memory: `tidemark relay` in a child process drains a fresh backlog.",
     columns: ['measure', 'relay', 'plain publisher', 'ratio'],
@@ -119,17 +115,6 @@ export async function relayScenario(ctx: BenchContext): Promise<ScenarioResult> 
 
 function skipped(t0: number, why: string): ScenarioResult {
   return { id: 'relay', title: '7. Relay to NATS JetStream', method: why, columns: [], rows: [], notes: [why], goals: [], elapsedMs: performance.now() - t0 };
-}
-
-async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> {
-  for (let done = 0; done < n; done += 100_000) {
-    await pool.query(
-      `INSERT INTO tidemark.events (stream, kind, key, payload, headers)
-       SELECT $1, 'order.placed', 'k' || (g % 64), jsonb_build_object('id', g, 'total', g % 1000, 'note', 'a typical small event body'), '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-         FROM generate_series($2::bigint, $3::bigint) g`,
-      [stream, done + 1, Math.min(n, done + 100_000)],
-    );
-  }
 }
 
 async function loadMessages(pool: pg.Pool, stream: string): Promise<RelayMessage[]> {
@@ -163,8 +148,8 @@ async function plainPublish(url: string, run: number, messages: RelayMessage[]):
     await jsm.streams.add({ name: `PLAIN_${run}`, subjects: [`plain${run}.>`] });
     const js = jetstream(nc);
     const start = performance.now();
-    for (let i = 0; i < messages.length; i += BATCH) {
-      const acks = messages.slice(i, i + BATCH).map((m) => {
+    for (let i = 0; i < messages.length; i += RELAY_BATCH) {
+      const acks = messages.slice(i, i + RELAY_BATCH).map((m) => {
         const e = m.event;
         const h = natsHeaders();
         h.set('Tidemark-Seq', e.seq.toString());
@@ -192,36 +177,11 @@ async function sinkPublish(url: string, run: number, messages: RelayMessage[]): 
   await sink.open({ schema: 'tidemark', streams: ['bench'], republishWithinMs: 100_000, origin: '00000000-0000-4000-8000-000000000001' }, signal);
   try {
     const start = performance.now();
-    for (let i = 0; i < messages.length; i += BATCH) await sink.publish(messages.slice(i, i + BATCH), signal);
+    for (let i = 0; i < messages.length; i += RELAY_BATCH) await sink.publish(messages.slice(i, i + RELAY_BATCH), signal);
     return performance.now() - start;
   } finally {
     await sink.close();
   }
-}
-
-/** Relays the backlog with a fresh cursor and JetStream stream; the time until its cursor reached `last`. */
-async function relayBacklog(pool: pg.Pool, url: string, run: number, last: bigint): Promise<number> {
-  const sink = new NatsSink({ url, stream: `RELAY_${run}`, subject: `relay${run}.{stream}.{kind}`, createStream: true });
-  let reached!: () => void;
-  const done = new Promise<void>((resolve) => (reached = resolve));
-  const relay = new Relay(pool, sink, {
-    consumer: `bench-${run}`,
-    streams: ['bench'],
-    batchSize: BATCH,
-    listen: false,
-    observer: (e) => {
-      if (e.type === 'published' && e.cursor >= last) reached();
-    },
-  });
-  const stop = new AbortController();
-  const start = performance.now();
-  const running = relay.run(stop.signal);
-  await Promise.race([done, running]);
-  const ms = performance.now() - start;
-  stop.abort();
-  await running;
-  await relay.close();
-  return ms;
 }
 
 /** Wraps a sink to note, by the bench's event id, when each event's publish resolved (wall clock, as the writers report commits). */
@@ -311,35 +271,3 @@ async function liveLatency(ctx: BenchContext, url: string, windowMs: number): Pr
   }
 }
 
-/** Runs `tidemark relay` as a child process until its cursor reaches the stream's last event; its peak RSS. */
-async function relayProcessPeak(pool: pg.Pool, dbUrl: string, natsUrl: string, stream: string): Promise<{ peakMb: number; seconds: number; command: string } | undefined> {
-  const bin = fileURLToPath(new URL('../../../bin/tidemark.js', import.meta.url));
-  const built = fileURLToPath(new URL('../../../dist/cli/main.js', import.meta.url));
-  if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
-  const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
-  const args = ['relay', '--database-url', dbUrl, '--to', natsUrl, '--consumer', 'memory', '--stream', stream, '--nats-stream', 'MEMORY', '--subject', 'memory.{stream}.{kind}', '--create-stream'];
-  // Run as a user runs it: through its shebang (env execs node in place, so the pid is node's).
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const start = performance.now();
-  let peakKb = 0;
-  try {
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`tidemark relay exited with ${child.exitCode}: ${stderr.trim()}`);
-      const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch(() => '');
-      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-      const r = await pool.query<{ seq: string }>(`SELECT seq FROM tidemark.cursors WHERE consumer = 'memory' AND stream = $1`, [stream]);
-      if (r.rows[0] && BigInt(r.rows[0].seq) >= last) break;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    const seconds = (performance.now() - start) / 1000;
-    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
-    peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-    return { peakMb: peakKb / 1024, seconds, command: `tidemark ${args.map((a) => (a === dbUrl ? '<db>' : a)).join(' ')}` };
-  } finally {
-    child.kill('SIGTERM');
-    await exited;
-  }
-}

@@ -1,17 +1,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { HttpSink, Relay, Watermarker } from 'tidemark';
+import { HttpSink, Watermarker } from 'tidemark';
 import { benchPool } from '../db.js';
+import { preloadBacklog, RELAY_BATCH, relayBacklog, relayProcessPeak } from '../relay-runs.js';
 import type { BenchContext } from '../context.js';
 import { fmt, ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { tidemarkContender } from '../contenders/tidemark.js';
 
-const BATCH = 500;
 const CONCURRENCY = 16;
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 
@@ -38,7 +35,7 @@ export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioR
     await tidemarkContender().install(pool);
     const backlog = ctx.pick(5_000, 100_000);
     ctx.progress.step(`webhook-relay: preloading ${backlog.toLocaleString('en-US')} events`);
-    await preload(pool, 'bench', backlog);
+    await preloadBacklog(pool, 'bench', backlog);
     await pool.query('VACUUM ANALYZE tidemark.events');
     await new Watermarker(pool, { owner: 'bench' }).step();
     const bodies = await loadRequests(pool, 'bench');
@@ -49,7 +46,7 @@ export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioR
     for (const side of ['plain', 'relay', 'relay', 'plain'] as const) {
       run += 1;
       ctx.progress.step(`webhook-relay: backlog of ${backlog.toLocaleString('en-US')}, ${side} (run ${run} of 4)`);
-      const ms = side === 'plain' ? await plainPost(receiver.url, bodies) : await relayBacklog(pool, receiver.url, run, last);
+      const ms = side === 'plain' ? await plainPost(receiver.url, bodies) : await relayBacklog(pool, new HttpSink({ url: receiver.url, secret: SECRET, concurrency: CONCURRENCY }), `bench-${run}`, last);
       rate[side].events += bodies.length;
       rate[side].ms += ms;
     }
@@ -59,16 +56,16 @@ export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioR
     goals.push({ goal: 'relay backlog to a webhook: relay / plain keep-alive POST loop', target: '>= 0.8', measured: ratioText(ratio, 0.8), met: ratio >= 0.8 });
     notes.push(
       `Both sides POST one event per request over ${CONCURRENCY} keep-alive connections, with the same body and headers (webhook-id, -timestamp, -signature, tidemark-*, traceparent). ` +
-        `The relay reads the events, builds and signs each request as it sends it, keeps each key's events in order (64 keys in the backlog), and commits pages of ${BATCH}; ` +
+        `The relay reads the events, builds and signs each request as it sends it, keeps each key's events in order (64 keys in the backlog), and commits pages of ${RELAY_BATCH}; ` +
         'the plain loop builds and signs each request as it sends it too, from events read beforehand, in any order.',
     );
 
     const big = ctx.pick(20_000, 1_000_000);
     ctx.progress.step(`webhook-relay: memory, preloading ${big.toLocaleString('en-US')} events`);
-    await preload(pool, 'big', big);
+    await preloadBacklog(pool, 'big', big);
     await new Watermarker(pool, { owner: 'bench' }).step();
     ctx.progress.step(`webhook-relay: memory, draining ${big.toLocaleString('en-US')} events`);
-    const memory = await relayProcessPeak(pool, url, receiver.url, 'big');
+    const memory = await relayProcessPeak(pool, url, 'big', ['--to', receiver.url], { TIDEMARK_WEBHOOK_SECRET: SECRET }, 'TIDEMARK_WEBHOOK_SECRET=... ');
     if (memory) {
       rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: peak RSS (MB)`, fmt(memory.peakMb, 1), null, null]);
       rows.push([`relay process, ${big.toLocaleString('en-US')}-event backlog: events/s`, Math.round(big / memory.seconds), null, null]);
@@ -87,7 +84,7 @@ export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioR
     title: 'Relay to an HTTP webhook',
     method:
       'A node:http receiver in a child process answers 204 to every POST. Backlog: events preloaded (64 keys), then relayed by a `Relay` with an `HttpSink` ' +
-      `(page ${BATCH}, concurrency ${CONCURRENCY}, signed, a fresh cursor per run) until its cursor reaches the last event; the plain loop POSTs the same requests (bodies and headers, built and signed as it sends them, from events read beforehand) ` +
+      `(page ${RELAY_BATCH}, concurrency ${CONCURRENCY}, signed, a fresh cursor per run) until its cursor reaches the last event; the plain loop POSTs the same requests (bodies and headers, built and signed as it sends them, from events read beforehand) ` +
       `from ${CONCURRENCY} workers over a keep-alive agent of ${CONCURRENCY} sockets. Runs alternate plain, relay, relay, plain. Memory: \`tidemark relay --to http://...\` in a child process drains a fresh backlog.`,
     columns: ['measure', 'relay', 'plain POST loop', 'ratio'],
     rows,
@@ -95,17 +92,6 @@ export async function webhookRelayScenario(ctx: BenchContext): Promise<ScenarioR
     goals,
     elapsedMs: performance.now() - t0,
   };
-}
-
-async function preload(pool: pg.Pool, stream: string, n: number): Promise<void> {
-  for (let done = 0; done < n; done += 100_000) {
-    await pool.query(
-      `INSERT INTO tidemark.events (stream, kind, key, payload, headers)
-       SELECT $1, 'order.placed', 'k' || (g % 64), jsonb_build_object('id', g, 'total', g % 1000, 'note', 'a typical small event body'), '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-         FROM generate_series($2::bigint, $3::bigint) g`,
-      [stream, done + 1, Math.min(n, done + 100_000)],
-    );
-  }
 }
 
 /** The receiver, in a child process: answers 204, counts requests, prints its port first and its count on demand (SIGUSR2). */
@@ -213,58 +199,3 @@ async function plainPost(url: string, bodies: PlainRequest[]): Promise<number> {
   return ms;
 }
 
-async function relayBacklog(pool: pg.Pool, url: string, run: number, last: bigint): Promise<number> {
-  const sink = new HttpSink({ url, secret: SECRET, concurrency: CONCURRENCY });
-  let reached!: () => void;
-  const done = new Promise<void>((resolve) => (reached = resolve));
-  const relay = new Relay(pool, sink, {
-    consumer: `bench-${run}`,
-    streams: ['bench'],
-    batchSize: BATCH,
-    listen: false,
-    observer: (e) => {
-      if (e.type === 'published' && e.cursor >= last) reached();
-    },
-  });
-  const stop = new AbortController();
-  const start = performance.now();
-  const running = relay.run(stop.signal);
-  await Promise.race([done, running]);
-  const ms = performance.now() - start;
-  stop.abort();
-  await running;
-  await relay.close();
-  return ms;
-}
-
-async function relayProcessPeak(pool: pg.Pool, dbUrl: string, to: string, stream: string): Promise<{ peakMb: number; seconds: number; command: string } | undefined> {
-  const bin = fileURLToPath(new URL('../../../bin/tidemark.js', import.meta.url));
-  const built = fileURLToPath(new URL('../../../dist/cli/main.js', import.meta.url));
-  if (!existsSync('/proc/self/status') || !existsSync(built)) return undefined;
-  const last = BigInt((await pool.query<{ max: string }>('SELECT max(seq)::text AS max FROM tidemark.events WHERE stream = $1', [stream])).rows[0]!.max);
-  const args = ['relay', '--database-url', dbUrl, '--to', to, '--consumer', 'memory', '--stream', stream];
-  // Run as a user runs it: through its shebang (env execs node in place, so the pid is node's); the secret from the environment.
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, TIDEMARK_WEBHOOK_SECRET: SECRET } });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const start = performance.now();
-  let peakKb = 0;
-  try {
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`tidemark relay exited with ${child.exitCode}: ${stderr.trim()}`);
-      const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch(() => '');
-      peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-      const r = await pool.query<{ seq: string }>(`SELECT seq FROM tidemark.cursors WHERE consumer = 'memory' AND stream = $1`, [stream]);
-      if (r.rows[0] && BigInt(r.rows[0].seq) >= last) break;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    const seconds = (performance.now() - start) / 1000;
-    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
-    peakKb = Math.max(peakKb, Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0));
-    return { peakMb: peakKb / 1024, seconds, command: `TIDEMARK_WEBHOOK_SECRET=... tidemark ${args.map((a) => (a === dbUrl ? '<db>' : a)).join(' ')}` };
-  } finally {
-    child.kill('SIGTERM');
-    await exited;
-  }
-}
