@@ -1,9 +1,9 @@
 /** The RabbitMQ sink's broker: its URL, parsed and checked, and the connection to it. */
+import { sinkUrl } from '../../url.js';
 import { Duplex } from 'node:stream';
 import type { ChannelModel, Options } from 'amqplib';
 import { loadAmqp } from './client.js';
-import { InvalidOptionsError, SinkError } from '../../../errors.js';
-import { echoValue, redactUrl } from '../../../options.js';
+import { SinkError } from '../../../errors.js';
 import { NAME, REPLY, reason } from './protocol.js';
 
 /**
@@ -28,18 +28,7 @@ export interface Broker {
 
 /** Parses and checks the `url` option. */
 export function parseUrl(value: unknown): Broker {
-  const bad = (why: string) =>
-    new InvalidOptionsError('url', `${why}; expected amqp://USER:PASS@HOST:PORT/VHOST or amqps://..., got ${echoValue(typeof value === 'string' ? redactUrl(value) : value)}`);
-  if (typeof value !== 'string') throw bad('not a string');
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw bad('not a URL');
-  }
-  if (url.protocol !== 'amqp:' && url.protocol !== 'amqps:') throw bad(`the scheme ${url.protocol} is not amqp: or amqps:`);
-  const hostname = url.hostname.replace(/^\[|\]$/g, '');
-  if (!hostname) throw bad('no host');
+  const { url, host: hostname, bad } = sinkUrl(value, ['amqp:', 'amqps:'], 'amqp://USER:PASS@HOST:PORT/VHOST or amqps://...');
   const port = url.port ? Number(url.port) : url.protocol === 'amqp:' ? 5672 : 5671;
   const segment = url.pathname.replace(/^\//, '');
   if (segment.includes('/')) throw bad('the vhost holds a "/" (write it %2F)');

@@ -1,6 +1,6 @@
 /** The Redis sink's server: its `url` option, parsed and checked, with the password kept out of what is shown. */
-import { InvalidOptionsError } from '../../../errors.js';
-import { echoValue, redactUrl } from '../../../options.js';
+import { sinkUrl } from '../../url.js';
+import { redactUrl } from '../../../options.js';
 
 /** Where to connect, parsed once from `url`. */
 export interface RedisServer {
@@ -22,18 +22,7 @@ const DEFAULT_PORT = 6379;
 
 /** Parses `redis://[user:pass@]host:port[/db]` or `rediss://...`; throws `InvalidOptionsError` naming `url`. */
 export function parseRedisUrl(value: unknown): RedisServer {
-  const bad = (why: string) =>
-    new InvalidOptionsError('url', `${why}; expected redis://[USER:PASS@]HOST:PORT[/DB] or rediss://..., got ${echoValue(typeof value === 'string' ? redactUrl(value) : value)}`);
-  if (typeof value !== 'string') throw bad('not a string');
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw bad('not a URL');
-  }
-  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') throw bad(`the scheme ${url.protocol} is not redis: or rediss:`);
-  const host = url.hostname.replace(/^\[|\]$/g, '');
-  if (!host) throw bad('no host');
+  const { text, url, host, bad } = sinkUrl(value, ['redis:', 'rediss:'], 'redis://[USER:PASS@]HOST:PORT[/DB] or rediss://...');
   if (url.search || url.hash) throw bad('query parameters and fragments are not taken');
   const path = url.pathname.replace(/^\//, '');
   if (path !== '' && !/^\d{1,9}$/.test(path)) throw bad(`the database ${JSON.stringify(path)} is not a number`);
@@ -55,6 +44,6 @@ export function parseRedisUrl(value: unknown): RedisServer {
     password: password || undefined,
     db: path === '' ? 0 : Number(path),
     address: `${url.hostname}:${port}`,
-    shown: redactUrl(value),
+    shown: redactUrl(text),
   };
 }
