@@ -84,11 +84,16 @@ export function noTries(): Tries {
 }
 
 /**
- * A handler's stand-in for replays of its dead letters, by handler:
- * internal to tidemark (the relay's). A tail whose handler has one may
- * take `beforeCommit` with `onExhausted: 'dead-letter'`: a replay commits
- * outside any page, so it runs this instead, which must have the event's
- * effect outside the database itself before it returns (the relay
- * publishes the event and waits for the broker's acknowledgement).
+ * A tail option internal to tidemark (a symbol: no user option can name
+ * it): the handler's stand-in for replays of its dead letters. A tail given
+ * one may take `beforeCommit` with `onExhausted: 'dead-letter'`: a replay
+ * commits outside any page, so it runs the stand-in instead, which must
+ * have the event's effect outside the database itself before it returns
+ * (the relay publishes the event and waits for the broker's acknowledgement).
  */
-export const replayHandlers = new WeakMap<Handler, Handler>();
+export const REPLAY_WITH = Symbol('tidemark.replayWith');
+
+/** {@link REPLAY_WITH} as an option. */
+export interface ReplayWith {
+  [REPLAY_WITH]?: Handler;
+}

@@ -10,7 +10,7 @@ import type { ConsumerEvent, Handler, WakeReason } from './events.js';
 import { Listener, type LostSource } from './listener.js';
 import { resolveStreamClientOptions, type ResolvedStreamClientOptions, type StreamClientOptions } from './options.js';
 import { eventOf, pageSql, runPage, type EventRow, type PageResult, type PageSql, type Prefetch } from './page.js';
-import { handledBefore, noTries, replayHandlers, resolveFailurePolicy, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
+import { handledBefore, noTries, REPLAY_WITH, resolveFailurePolicy, type ReplayWith, type FailurePolicy, type ResolvedFailurePolicy, type Tries } from './failures.js';
 import { boundedQuery } from '../db/deadline.js';
 import { buildPartitionIndex, GROUP_OPTION_NAMES, groupSql, partitionPageSql, resolveGroupOptions, Semaphore, type GroupOptions, type ResolvedGroupOptions } from './group.js';
 import { setMaxListeners } from 'node:events';
@@ -148,10 +148,9 @@ export class StreamClient {
    */
   async tail(consumer: string, stream: string, handler: Handler, options: TailOptions = {}): Promise<never> {
     checkCallOptions(options, { signal: true, beforeCommit: true, failures: true } satisfies Record<keyof TailOptions, true>, 'tail');
-    const policy = failurePolicy(options, handler);
-    const standIn = replayHandlers.get(handler); // the relay's replays: kept for the handler as wrapped
+    const standIn = (options as ReplayWith)[REPLAY_WITH]; // the relay's replays
+    const policy = failurePolicy(options, standIn !== undefined);
     handler = await this.traced(consumer, stream, handler);
-    if (standIn) replayHandlers.set(handler, standIn);
     const tries = noTries();
     const o = this.options;
     let attempt = 0; // failures since the last page that committed
@@ -169,7 +168,7 @@ export class StreamClient {
               // pollIntervalMs (a short page waits no longer than that).
               if (policy.onExhausted === 'dead-letter' && performance.now() - replaysAt >= o.pollIntervalMs) {
                 replaysAt = performance.now();
-                await this.replays(hold, handler, signal);
+                await this.replays(hold, standIn ?? handler, signal);
               }
               const generation = this.listener?.generation ?? 0;
               const page = (await this.deliver(hold, handler, o.batchSize, signal, wake, options.beforeCommit, ahead, policy, tries))!; // waits its back-offs
@@ -747,7 +746,7 @@ export class StreamClient {
       const partition = hold.partition !== undefined ? { partition: hold.partition } : {};
       let live = true;
       try {
-        await (replayHandlers.get(handler) ?? handler)(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal, ...partition });
+        await handler(event, transaction(hold, () => live, 'the replay transaction'), { consumer: hold.consumer, stream: hold.stream, signal, ...partition });
       } catch (err) {
         live = false;
         const failure = new HandlerError(hold.consumer, hold.stream, event.seq, err, event.key);
@@ -898,10 +897,10 @@ function errorText(err: unknown): string {
 const NOT_FAILING = new Error('tidemark: the failing event is behind the cursor');
 
 /** The call's failure policy; a replay commits outside a page, where `beforeCommit` has nothing to run for. */
-function failurePolicy(options: TailOptions, handler?: Handler): ResolvedFailurePolicy {
+function failurePolicy(options: TailOptions, replayStandIn = false): ResolvedFailurePolicy {
   const policy = resolveFailurePolicy(options.failures);
-  // A handler with a replay stand-in (the relay's) has its effect outside the database at replay time itself.
-  if (policy.onExhausted === 'dead-letter' && options.beforeCommit !== undefined && !(handler && replayHandlers.has(handler))) {
+  // A replay stand-in (the relay's, REPLAY_WITH) has its effect outside the database at replay time itself.
+  if (policy.onExhausted === 'dead-letter' && options.beforeCommit !== undefined && !replayStandIn) {
     throw new InvalidOptionsError(
       'failures.onExhausted',
       "'dead-letter' cannot go with beforeCommit: a replayed dead letter commits outside any page, so effects that beforeCommit would release could be lost",

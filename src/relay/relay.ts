@@ -11,7 +11,7 @@ import { untraced } from '../consumer/handler-span.js';
 import { loadOtel } from '../tracing.js';
 import { inPublishSpan } from './publish-span.js';
 import type { Handler, StreamEvent } from '../consumer/events.js';
-import { replayHandlers } from '../consumer/failures.js';
+import { REPLAY_WITH } from '../consumer/failures.js';
 import { notifyObserver } from '../callbacks.js';
 import type { RelayEvent } from './events.js';
 import { resolveRelayOptions, SESSION_DEATH_DETECTION_MS, type RelayOptions, type ResolvedRelayOptions } from './options.js';
@@ -285,8 +285,8 @@ export class Relay {
     const beforeCommit = () => inPublishSpan(otel, this.sink.name, stream, batch, publishPage);
     // onRefused 'dead-letter': the stream client's failure policy records a refused
     // event; a replay of it publishes it from the handler's stand-in (replayPublisher).
-    const failures = this.options.onRefused === 'dead-letter' ? { failures: { maxAttempts: 1, onExhausted: 'dead-letter' as const } } : {};
-    if (failures.failures) replayHandlers.set(handler, this.replayPublisher(stream));
+    const failures =
+      this.options.onRefused === 'dead-letter' ? { failures: { maxAttempts: 1, onExhausted: 'dead-letter' as const }, [REPLAY_WITH]: this.replayPublisher(stream) } : {};
     await this.retrying(state, stream, 'database', signal, () => this.client.tail(consumer, stream, handler, { signal, beforeCommit, ...failures }));
   }
 
