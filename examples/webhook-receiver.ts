@@ -5,7 +5,7 @@
 // Start it, then the relay, with the same secret:
 //   export TIDEMARK_WEBHOOK_SECRET=whsec_$(openssl rand -base64 32)
 //   PORT=8787 npx tsx examples/webhook-receiver.ts
-//   npx tidemark relay --to http://127.0.0.1:8787/hooks --consumer webhook --stream orders
+//   npx tidemark relay --to http://127.0.0.1:8787/hooks --consumer to-webhook --stream orders
 import { Buffer } from 'node:buffer';
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';

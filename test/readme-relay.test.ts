@@ -80,7 +80,9 @@ async function readmeSubsection(title: string): Promise<string> {
 function shell(line: string, env: NodeJS.ProcessEnv): ChildProcess {
   // A process group of its own, as a terminal's foreground job: Ctrl-C is
   // SIGINT to the whole group (npx and the node process it starts).
-  return spawn('sh', ['-c', `exec ${line}`], { cwd: new URL('.', root).pathname, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  // Assignments a line starts with (`PORT=8787 npx ...`) go before the exec, as a shell takes them.
+  const [, assignments, command] = /^((?:[A-Za-z_]\w*=\S* )*)([\s\S]*)$/.exec(line)!;
+  return spawn('sh', ['-c', `${assignments}exec ${command}`], { cwd: new URL('.', root).pathname, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
 }
 
 /** A relay stopped by Ctrl-C: it says so last; npx itself ends by the signal, as in a terminal (exit status 130). */
@@ -275,4 +277,36 @@ test('the README\'s Redis Streams commands run as written: the relay, then redis
   // redis-cli prints each entry's id, then its fields and values, one a line.
   assert.deepEqual(out.filter((l) => /^\d+-0$/.test(l)), ['1-0', '2-0'], read.stdout);
   assert.ok(out.includes('{"total": 42}') && out.includes('{"total": 7}'), read.stdout);
+});
+
+test('the README\'s HTTP webhooks commands run as written: the receiver it starts checks each signature and prints each relayed event once', async (t) => {
+  const lines = shLines(await readmeSubsection('HTTP webhooks'));
+  assert.deepEqual(lines.map((l) => l.split(' ').slice(0, 2).join(' ')), ['export TIDEMARK_WEBHOOK_SECRET=whsec_$(openssl', 'PORT=8787 npx', 'npx tidemark']);
+  // The first line as a shell runs it: the secret it exports, shared by both terminals.
+  const exported = await finished(shell(`sh -c '${lines[0]!.replaceAll("'", "'\\''")}; printf %s "$TIDEMARK_WEBHOOK_SECRET"'`, {}));
+  assert.equal(exported.code, 0, exported.stderr);
+  const env = { TIDEMARK_WEBHOOK_SECRET: exported.stdout };
+  assert.match(exported.stdout, /^whsec_[A-Za-z0-9+/]{43}=$/);
+  const port = String(await freePort());
+  const db = await testDb(t);
+  for (const [key, total] of [['o-1', 42], ['o-2', 7]] as const) {
+    await db.observer.query(`INSERT INTO tidemark.events (stream, kind, key, payload) VALUES ('orders', 'order.placed', $1, $2)`, [key, { total }]);
+  }
+  const watermarker = new Watermarker(db.pool(), { owner: 'readme' });
+  await watermarker.step();
+  await watermarker.close();
+  const receiver = shell(lines[1]!.replaceAll('8787', port), env);
+  const received = finished(receiver);
+  t.after(() => killGroup(receiver));
+  let printed = '';
+  receiver.stdout!.on('data', (d: Buffer) => (printed += d.toString()));
+  const relay = shell(lines[2]!.replaceAll('8787', port), { ...env, DATABASE_URL: db.url });
+  const relayed = finished(relay);
+  t.after(() => killGroup(relay));
+  await waitFor('the receiver to print both events', async () => printed.split('\n').length > 2);
+  ctrlC(relay);
+  stoppedCleanly(await relayed);
+  ctrlC(receiver);
+  await received;
+  assert.deepEqual(printed.trim().split('\n').sort(), ['1 orders order.placed o-1: {"total": 42}', '2 orders order.placed o-2: {"total": 7}']);
 });
