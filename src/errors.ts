@@ -136,7 +136,9 @@ export class InexactNumberError extends TidemarkError {
  * acknowledgement are retryable; a destination that does not exist or is
  * misconfigured, or a message the broker can never take (over its size
  * limit, unroutable) are not, and stop the relay. `seq` names the event,
- * when one event is the cause. Nothing past the last acknowledged event was
+ * when that event itself is the cause (too large, refused by the receiver);
+ * a failure of the destination as a whole (a missing endpoint, credentials,
+ * a key of another type) names none. Nothing past the last acknowledged event was
  * committed to the relay's cursor.
  */
 export class SinkError extends TidemarkError {

@@ -9,7 +9,7 @@
  */
 import type { JsonObject } from '../outbox/append.js';
 import { InexactNumberError } from '../errors.js';
-import type { StreamEvent } from './events.js';
+import type { Handler, StreamEvent } from './events.js';
 
 /** An event's fields as read: payload and headers as PostgreSQL's text. */
 export interface EventText {
@@ -58,6 +58,68 @@ export function streamEvent(fields: EventText): StreamEvent {
     }
   }
   return event;
+}
+
+/**
+ * Handlers of tidemark's own that read only `payloadText` and
+ * `headersText` (the relay's page collector): their events parse `payload`
+ * and `headers` on first read instead, so a page whose payloads nobody
+ * reads parses none. Not for applications' handlers: an event whose
+ * `payload` is a getter of its class drops it from `{ ...event }`.
+ */
+const textReaders = new WeakSet<Handler>();
+
+/** Marks `handler` as one that reads only the text of payload and headers (see {@link textReaders}). */
+export function readsText<H extends Handler>(handler: H): H {
+  textReaders.add(handler);
+  return handler;
+}
+
+/** The event for `handler`: {@link streamEvent}, or a {@link TextFirstEvent} for a handler marked with {@link readsText}. */
+export function streamEventFor(handler: Handler, fields: EventText): StreamEvent {
+  return textReaders.has(handler) ? new TextFirstEvent(fields) : streamEvent(fields);
+}
+
+/**
+ * An event whose `payload` and `headers` are parsed from the text on first
+ * read and kept (getters of the class, so one shape for every event); a
+ * number the parsed value would change throws {@link InexactNumberError}
+ * on that read, as {@link streamEvent}'s accessor does.
+ */
+class TextFirstEvent implements StreamEvent {
+  seq: bigint;
+  stream: string;
+  kind: string;
+  key: string;
+  payloadText: string;
+  headersText: string;
+  occurredAt: Date;
+  #payload: JsonObject | InexactNumberError | undefined;
+  #headers: JsonObject | InexactNumberError | undefined;
+
+  constructor(fields: EventText) {
+    this.seq = fields.seq;
+    this.stream = fields.stream;
+    this.kind = fields.kind;
+    this.key = fields.key;
+    this.payloadText = fields.payloadText;
+    this.headersText = fields.headersText;
+    this.occurredAt = fields.occurredAt;
+  }
+
+  get payload(): JsonObject {
+    return parsed((this.#payload ??= tryParseExact(this.payloadText, this.seq, 'payload')));
+  }
+
+  get headers(): JsonObject {
+    return parsed((this.#headers ??= tryParseExact(this.headersText, this.seq, 'headers')));
+  }
+}
+
+/** The parsed value, or a fresh throw of the refusal (each read gets its own stack). */
+function parsed(value: JsonObject | InexactNumberError): JsonObject {
+  if (value instanceof InexactNumberError) throw new InexactNumberError(value.seq, value.field, value.number, value.offset);
+  return value;
 }
 
 function tryParseExact(text: string, seq: bigint, field: 'payload' | 'headers'): JsonObject | InexactNumberError {

@@ -4,7 +4,7 @@ import { handledBefore } from './failures.js';
 import { quoteIdent, sqlText } from '../db/queryable.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler } from './events.js';
-import { streamEvent } from './exact-json.js';
+import { streamEventFor } from './exact-json.js';
 
 /** The cursor statements of one schema, shared by pages and bootstrap. */
 export interface PageSql {
@@ -138,9 +138,9 @@ export interface EventRow {
   occurred_at: Date;
 }
 
-/** The event a handler receives for a row of `stream` (read_page's, a read ahead, a dead letter's). */
-export function eventOf(row: EventRow, stream: string) {
-  return streamEvent({
+/** The event `handler` receives for a row of `stream` (read_page's, a read ahead, a dead letter's). */
+export function eventOf(row: EventRow, stream: string, handler: Handler) {
+  return streamEventFor(handler, {
     seq: BigInt(row.seq),
     stream,
     kind: row.kind,
@@ -269,7 +269,7 @@ export async function runPage(
   try {
     for (const row of rows) {
       if (signal.aborted) break;
-      const event = eventOf(row, stream);
+      const event = eventOf(row, stream, handler);
       try {
         await handler(event, tx, context);
       } catch (err) {

@@ -742,7 +742,7 @@ export class StreamClient {
         throw failure;
       }
       const id = BigInt(row.id);
-      const event = eventOf(row, hold.stream);
+      const event = eventOf(row, hold.stream, handler);
       const partition = hold.partition !== undefined ? { partition: hold.partition } : {};
       let live = true;
       try {

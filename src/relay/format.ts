@@ -120,12 +120,26 @@ function attributes(message: RelayMessage, origin: string, source: Template, typ
   ];
   if (event.key !== '') out.push(['subject', event.key]);
   out.push(['time', event.occurredAt.toISOString()], ['datacontenttype', CE_DATA_CONTENT_TYPE], ['tidemarkseq', event.seq.toString()], ['tidemarkstream', event.stream]);
-  const own = new Map(stringHeaders(event.headersText));
-  const traceparent = own.get('traceparent');
-  if (traceparent !== undefined && TRACEPARENT.test(traceparent)) {
-    out.push(['traceparent', traceparent]);
-    const tracestate = own.get('tracestate');
-    if (tracestate !== undefined && tracestate !== '') out.push(['tracestate', tracestate]);
+  const trace = traceContext(event.headersText);
+  if (trace) {
+    out.push(['traceparent', trace.traceparent]);
+    if (trace.tracestate !== undefined) out.push(['tracestate', trace.tracestate]);
   }
   return out;
+}
+
+/**
+ * The W3C trace context an event's headers carry: a valid `traceparent` as
+ * a string, and `tracestate` when a non-empty string. Read from the
+ * headers' text (a plain parse: `event.headers` throws on a number no
+ * JavaScript number holds exactly), and only when the text names a
+ * traceparent at all.
+ */
+export function traceContext(headersText: string): { traceparent: string; tracestate: string | undefined } | undefined {
+  if (!headersText.includes('"traceparent"')) return undefined;
+  const own = new Map(stringHeaders(headersText));
+  const traceparent = own.get('traceparent');
+  if (traceparent === undefined || !TRACEPARENT.test(traceparent)) return undefined;
+  const tracestate = own.get('tracestate');
+  return { traceparent, tracestate: tracestate !== undefined && tracestate !== '' ? tracestate : undefined };
 }

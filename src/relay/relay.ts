@@ -8,6 +8,7 @@ import { boundedQuery } from '../db/deadline.js';
 import { StreamClient } from '../consumer/stream-client.js';
 import { CommitThrough } from '../consumer/page.js';
 import { untraced } from '../consumer/handler-span.js';
+import { readsText } from '../consumer/exact-json.js';
 import { loadOtel } from '../tracing.js';
 import { inPublishSpan } from './publish-span.js';
 import type { Handler, StreamEvent } from '../consumer/events.js';
@@ -90,6 +91,9 @@ export class Relay {
     this.sink = sink;
     this.options = resolveRelayOptions(options);
     const o = this.options;
+    if (o.onRefused === 'dead-letter' && sink.inOrderOnly !== undefined) {
+      throw new InvalidOptionsError('onRefused', `'dead-letter' needs a sink that takes an event after later ones (a dead letter's replay), and ${sink.inOrderOnly}: use 'stop'`);
+    }
     this.republishWithinMs =
       o.restartWithinMs + SESSION_DEATH_DETECTION_MS + o.lockTimeoutMs + 2 * o.responseTimeoutMs + o.retryMaxMs + (sink.ackTimeoutMs ?? 0);
     this.client = new StreamClient(pool, {
@@ -238,14 +242,19 @@ export class Relay {
     this.streams.set(stream, state);
     let batch: RelayMessage[] = [];
     // No span per event here: the relay's span is per published page (below).
-    const handler = untraced((event: StreamEvent) => {
+    // It reads the text of payload and headers only: its events parse them on first read (readsText).
+    const handler = readsText(untraced((event: StreamEvent) => {
       // The event the sink refused (onRefused 'dead-letter'): failing here makes the
       // stream client's policy commit the events before it, then record it as a dead letter.
-      if (state.refused !== undefined && event.seq === state.refused.seq) throw state.refused;
+      if (state.refused !== undefined) {
+        // Past it: set aside already (its record's answer may have been lost); never again.
+        if (event.seq > state.refused.seq!) state.refused = undefined;
+        else if (event.seq === state.refused.seq) throw state.refused;
+      }
       // A page that failed before its publish left its events here; its retry starts over.
       if (batch.length > 0 && event.seq <= batch[batch.length - 1]!.event.seq) batch = [];
       batch.push({ id: `${schema}:${event.seq}`, schema, event });
-    });
+    }));
     // Runs after the page's last event, before its cursor advance and COMMIT:
     // the cursor commits only once the broker has acknowledged every event.
     // After a failure the page goes out in growing chunks (1, 2, 4, ...), so

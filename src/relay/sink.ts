@@ -17,7 +17,11 @@ export interface RelayMessage {
   id: string;
   /** The tidemark schema the event comes from. */
   schema: string;
-  /** The event. */
+  /**
+   * The event. Its `payload` and `headers` are parsed on first read (the
+   * relay itself reads only `payloadText` and `headersText`, which a sink
+   * should send as they are).
+   */
   event: StreamEvent;
 }
 
@@ -88,6 +92,13 @@ export interface Sink {
    * sink bounds it; part of the relay's `republishWithinMs`.
    */
   readonly ackTimeoutMs?: number;
+  /**
+   * Why the sink cannot take an event after later ones of its stream, when
+   * it cannot (a Redis stream adds an entry only above its top). A dead
+   * letter's replay sends its event after later ones, so the relay refuses
+   * `onRefused: 'dead-letter'` with such a sink, giving this reason.
+   */
+  readonly inOrderOnly?: string;
   /**
    * Connects and checks that the destination exists and can take what the
    * relay sends (a JetStream stream covering the subjects with a long enough

@@ -14,7 +14,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect } from '@nats-io/transport-node';
 import { connect as amqpConnect } from 'amqplib';
 import { append, InexactNumberError, StreamClient, Watermarker, type StreamEvent } from '../../src/index.js';
-import { firstInexactNumber, parseExact } from '../../src/consumer/exact-json.js';
+import { firstInexactNumber, parseExact, readsText, streamEventFor, type EventText } from '../../src/consumer/exact-json.js';
 import { cli, exited, startCli } from '../support/cli.js';
 import { closeAdmin, testDb, waitFor, type TestDb } from '../support/db.js';
 import { startNatsServer } from '../support/nats-server.js';
@@ -202,4 +202,20 @@ test('the relay\'s NATS and RabbitMQ bodies, and its headers, are PostgreSQL\'s 
     bodies.push([String(h['tidemark-seq']), m.content.toString('utf8'), String(h['tidemark-headers'])]);
   }
   assert.deepEqual(bodies, rows.map((r) => [r.seq, r.payload, r.headers]));
+});
+
+test('the relay\'s events (a readsText handler) parse payload and headers on first read, to what the others get; an inexact number throws on every read', () => {
+  const fields = (payloadText: string): EventText => ({ seq: 7n, stream: 's', kind: 'k', key: 'a', payloadText, headersText: '{"trace": "t"}', occurredAt: new Date(0) });
+  const text = readsText(() => undefined);
+  const plain = () => undefined;
+  const exact = '{"total": 42, "items": [1.5, "x"]}';
+  const lazy = streamEventFor(text, fields(exact));
+  const eager = streamEventFor(plain, fields(exact));
+  assert.deepEqual([lazy.payload, lazy.headers], [eager.payload, eager.headers]);
+  assert.equal(lazy.payload, lazy.payload, 'parsed once, then kept');
+  assert.deepEqual({ ...eager }.payload, { total: 42, items: [1.5, 'x'] }, "an application's handler gets own properties ({ ...event } keeps them)");
+  const inexact = streamEventFor(text, fields('{"id": 12345678901234567890}'));
+  assert.equal(inexact.payloadText, '{"id": 12345678901234567890}');
+  for (let read = 0; read < 2; read += 1) assert.throws(() => inexact.payload, (err: unknown) => err instanceof InexactNumberError && err.seq === 7n && err.field === 'payload');
+  assert.deepEqual(inexact.headers, { trace: 't' });
 });

@@ -143,6 +143,14 @@ test('408, 429 and 5xx are sent again; another 4xx is the event\'s refusal: not 
   assert.match(err.message, /seq 9: .* answered 422: .*amount must be positive/);
   assert.ok(err.message.length < 400, 'a short part of the answer');
   assert.equal(refusing.receiver.requests.length, 1, 'a refusal is not sent again');
+
+  // An answer about the endpoint (credentials, a wrong path): every event's alike, so it names none.
+  for (const status of [401, 404]) {
+    const endpoint = await setup(() => ({ status }));
+    const wide = await endpoint.sink.publish([message(9)], never).then(() => undefined, (e: unknown) => e);
+    assert.ok(wide instanceof SinkError && !wide.retryable && wide.seq === undefined, String(wide));
+    assert.match(wide.message, new RegExp(`answered ${status} \\(about the endpoint, not the event`));
+  }
   assert.equal(refusing.retries.length, 0);
 });
 

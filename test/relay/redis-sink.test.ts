@@ -57,10 +57,10 @@ async function ids(admin: Redis, key = 'tidemark:orders'): Promise<string[]> {
   return (await admin.xrange(key, '-', '+')).map(([id]) => id);
 }
 
-test('each event is an entry with id <seq>-0 and exactly the documented fields; the payload arrives byte for byte', async (t) => {
+test('each event is an entry with id <seq>-0 and exactly the documented fields; the payload arrives byte for byte; a header number JavaScript cannot hold keeps the trace context', async (t) => {
   const { server: s, admin } = await server(t);
   const sink = await openSink(t, { url: s.url });
-  await sink.publish([message(3), message(8, { headersText: `{"traceparent": "${TRACEPARENT}", "tracestate": "k=v", "other": "x"}` })], never);
+  await sink.publish([message(3), message(8, { headersText: `{"traceparent": "${TRACEPARENT}", "tracestate": "k=v", "other": "x", "big": 12345678901234567890}` })], never);
   const entries = await admin.xrange('tidemark:orders', '-', '+');
   assert.deepEqual(entries, [
     [
@@ -71,7 +71,7 @@ test('each event is an entry with id <seq>-0 and exactly the documented fields; 
       '8-0',
       [
         'id', 'tidemark:8', 'seq', '8', 'stream', 'orders', 'kind', 'order.placed', 'key', 'order-8', 'occurred_at', '2026-12-05T09:00:00.008Z',
-        'payload', PAYLOAD, 'headers', `{"traceparent": "${TRACEPARENT}", "tracestate": "k=v", "other": "x"}`,
+        'payload', PAYLOAD, 'headers', `{"traceparent": "${TRACEPARENT}", "tracestate": "k=v", "other": "x", "big": 12345678901234567890}`,
         'traceparent', TRACEPARENT, 'tracestate', 'k=v',
       ],
     ],
@@ -104,14 +104,53 @@ test('a republished page is taken as delivered and stored once; so is a page sto
   assert.equal((await admin.xrange('tidemark:orders', '6-0', '6-0'))[0]![1].length, 2, 'the stored entry is left as it was');
 });
 
-test('only Redis\'s exact refusal of a lower id counts as delivered: id 0-0 fails, not retryable', async (t) => {
-  const { server: s } = await server(t);
+test('only Redis\'s exact refusal of a lower id counts as delivered: id 0-0 fails, not retryable, and nothing after it in the page is stored', async (t) => {
+  const { server: s, admin } = await server(t);
   const sink = await openSink(t, { url: s.url });
-  const err = await sink.publish([message(0)], never).then(() => undefined, (e: unknown) => e);
+  const err = await sink.publish(messages(0, 1, 2), never).then(() => undefined, (e: unknown) => e);
   assert.ok(err instanceof SinkError, String(err));
   assert.equal(err.retryable, false);
   assert.equal(err.seq, 0n);
   assert.match(err.message, /ERR The ID specified in XADD must be greater than 0-0/);
+  assert.deepEqual(await ids(admin), [], 'a page is stored up to its first refusal, never past it');
+});
+
+/** How many times the server ran `command` (INFO commandstats), 0 when never. */
+async function calls(admin: Redis, command: string): Promise<number> {
+  const info = (await admin.info('commandstats')) as string;
+  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+}
+
+test('a page is one call of the page script; a user without @scripting gets MULTI/EXEC pages, with the same entries', async (t) => {
+  const { server: s, admin } = await server(t);
+  const scripted = await openSink(t, { url: s.url, stream: 'a:{stream}' });
+  await scripted.publish(messages(1, 2, 3), never);
+  await scripted.publish(messages(2, 3, 4), never);
+  assert.deepEqual(await ids(admin, 'a:orders'), ['1-0', '2-0', '3-0', '4-0']);
+  assert.deepEqual([await calls(admin, 'evalsha'), await calls(admin, 'exec')], [2, 0], 'two pages, two script calls');
+
+  await admin.call('ACL', 'SETUSER', 'relay', 'on', '>secret', '~*', '+@all', '-@scripting');
+  const plain = await openSink(t, { url: s.url.replace('redis://', 'redis://relay:secret@'), stream: 'b:{stream}' });
+  await plain.publish(messages(1, 2, 3), never);
+  await plain.publish(messages(2, 3, 4), never);
+  assert.deepEqual(await ids(admin, 'b:orders'), ['1-0', '2-0', '3-0', '4-0']);
+  assert.deepEqual((await admin.xrange('b:orders', '-', '+')).map(([, f]) => f), (await admin.xrange('a:orders', '-', '+')).map(([, f]) => f), 'the same fields');
+  assert.deepEqual([await calls(admin, 'evalsha'), await calls(admin, 'exec')], [2, 2], 'the pages went as transactions');
+});
+
+test('a page Redis refuses for memory (OOM) fails, retryable, storing nothing; published again, every event is there once, in order', async (t) => {
+  const { server: s, admin } = await server(t);
+  const sink = await openSink(t, { url: s.url });
+  await sink.publish(messages(1), never);
+  await admin.config('SET', 'maxmemory-policy', 'noeviction');
+  await admin.config('SET', 'maxmemory', '1');
+  const err = await sink.publish(messages(2, 3, 4), never).then(() => undefined, (e: unknown) => e);
+  await admin.config('SET', 'maxmemory', '0');
+  assert.ok(err instanceof SinkError && err.retryable, String(err));
+  assert.match(err.message, /OOM command not allowed/);
+  assert.deepEqual(await ids(admin), ['1-0']);
+  await sink.publish(messages(2, 3, 4), never);
+  assert.deepEqual(await ids(admin), ['1-0', '2-0', '3-0', '4-0']);
 });
 
 test('maxLen trims by count (MAXLEN ~), minIdLag by seq (MINID ~); a trimmed event published again is still taken as delivered', async (t) => {
@@ -186,6 +225,7 @@ test('open refuses, not retryable, a template under which two streams share a ke
   const page = await sink.publish(messages(1, 2), never).then(() => undefined, (e: unknown) => e);
   assert.ok(page instanceof SinkError && !page.retryable, String(page));
   assert.match(page.message, /WRONGTYPE/);
+  assert.equal(page.seq, undefined, 'about the key, not an event: the relay stops under either onRefused policy');
 });
 
 test('a server down is retryable, at open and at publish; the next publish reconnects by itself', async (t) => {
@@ -288,4 +328,13 @@ test('Relay with a RedisSink: each stream into its own Redis stream; a second ru
   assert.deepEqual(published, [30, 30], 'the second run published every event again');
   assert.deepEqual(await ids(admin, 'tidemark:orders'), seqs.orders.map((seq) => `${seq}-0`));
   assert.deepEqual(await ids(admin, 'tidemark:payments'), seqs.payments.map((seq) => `${seq}-0`));
+});
+
+test("a Relay with a RedisSink refuses onRefused 'dead-letter': a replayed dead letter would land below the stream's top", async (t) => {
+  const db = await testDb(t);
+  const sink = new RedisSink({ url: 'redis://127.0.0.1:6379' });
+  assert.throws(
+    () => new Relay(db.pool(), sink, { consumer: 'r', streams: ['orders'], onRefused: 'dead-letter' }),
+    (err: unknown) => err instanceof InvalidOptionsError && err.option === 'onRefused' && /a Redis stream takes an entry only above its top/.test(err.message),
+  );
 });

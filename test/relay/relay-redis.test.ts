@@ -18,7 +18,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { after, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { appendMany, Watermarker, type NewEvent } from '../../src/index.js';
-import { exited, startCli, watchStderr } from '../support/cli.js';
+import { cli, exited, startCli, watchStderr } from '../support/cli.js';
 import { closeAdmin, testDb, waitFor, type TestDb } from '../support/db.js';
 import { alive, checkDeliveries, EXACTLY_ONCE, stopChild } from '../support/faults.js';
 import { startRedisServer } from '../support/redis-server.js';
@@ -154,4 +154,12 @@ test('10,000 events under concurrent writers, the relay CLI SIGKILLed 3 times an
     assert.deepEqual(mismatched.slice(0, 3), [], 'each entry\'s id, seq and stream fields match its entry id');
   }
   t.diagnostic(`${notes.join('; ')}; written in ${Math.round(written - began)} ms; caught up ${Math.round(performance.now() - written)} ms after the last commit`);
+});
+
+test('tidemark relay --to redis:// --on-refused dead-letter exits 2 with one line, before connecting: a replay could not go below the top', async (t) => {
+  const db = await testDb(t);
+  const r = await cli(['relay', '--to', 'redis://127.0.0.1:1', '--consumer', 'r', '--stream', 's', '--on-refused', 'dead-letter', '--database-url', db.url]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+  assert.match(r.stderr, /^tidemark: --on-refused dead-letter: .*a Redis stream takes an entry only above its top.*use --on-refused stop/);
 });

@@ -106,6 +106,9 @@ export async function relaySetup(flags: RelayFlags, schema: string): Promise<Rel
     onRefused: flags.onRefused as RelayOptions['onRefused'],
   };
   const sink = web ? await webhookSink(flags, common) : redis ? await redisSink(flags, common) : await brokerSink(flags, nats, common);
+  if (flags.onRefused === 'dead-letter' && sink.inOrderOnly !== undefined) {
+    throw new CliError(`--on-refused dead-letter: a dead letter's replay sends its event after later ones, and ${sink.inOrderOnly}; use --on-refused stop`);
+  }
   configured(() => resolveRelayOptions(options));
   return { sink, options: dropUndefined(options), ...(from === undefined ? {} : { from }) };
 }

@@ -58,6 +58,8 @@ export interface HttpSinkOptions extends FormatOptions {
    * Events of one key sent in one request, as a JSON array (see
    * message.ts), when they follow each other in a page. Default 1: one
    * event per request, the payload as the body. Not with `cloudevents-binary`.
+   * A batch's `webhook-id` names the batch; after a failure the same events
+   * may go in other batches, so receivers deduplicate by each element's id.
    */
   batchSize?: number;
   /** How long one request may take, from sending to the end of the answer, before it counts as failed (and is sent again). Default 10000. */
@@ -258,12 +260,25 @@ export class HttpSink implements Sink {
     }
     const { status } = answer;
     const transient = status === 408 || status === 429 || status >= 500;
+    // An answer about the endpoint, not the event: every event would get it, so it
+    // names no seq and stops the relay under either onRefused policy.
+    const endpointWide = (status >= 300 && status < 400) || ENDPOINT_STATUSES.has(status);
     const said = answer.snippet.replace(/\s+/g, ' ').trim();
     const text = said === '' ? '' : `: ${echoValue(said, 120)}`;
-    const next = transient ? '' : status >= 300 && status < 400 ? ' (redirects are not followed: give the final URL)' : ' (the receiver refuses the event itself)';
-    return new SinkError(NAME, `${what}: ${this.endpoint.shown} answered ${status}${text}${next}`, { retryable: transient, seq: out.seq });
+    const next =
+      transient ? ''
+      : status >= 300 && status < 400 ? ' (redirects are not followed: give the final URL)'
+      : endpointWide ? ' (about the endpoint, not the event: check the URL, its method and credentials)'
+      : ' (the receiver refuses the event itself)';
+    return new SinkError(NAME, `${what}: ${this.endpoint.shown} answered ${status}${text}${next}`, { retryable: transient, ...(endpointWide ? {} : { seq: out.seq }) });
   }
 }
+
+/**
+ * 4xx answers about the endpoint rather than the event (credentials, a
+ * wrong path or method, the wrong server): refusals of every event alike.
+ */
+const ENDPOINT_STATUSES: ReadonlySet<number> = new Set([401, 403, 404, 405, 407, 421]);
 
 /** `url` checked: http or https, no fragment; `shown` without credentials and query (which may hold a token). */
 function parseUrl(value: unknown): { url: URL; shown: string } {

@@ -2,9 +2,8 @@
  * A relayed event as a Redis stream entry: the XADD arguments after the
  * key. See the module comment of sink.ts for the fields.
  */
-import { CE_STRUCTURED_CONTENT_TYPE, type MessageFormat } from '../../format.js';
-import type { StreamEvent } from '../../../consumer/events.js';
-import { stringHeaders, type RelayMessage } from '../../sink.js';
+import { CE_STRUCTURED_CONTENT_TYPE, traceContext, type MessageFormat } from '../../format.js';
+import type { RelayMessage } from '../../sink.js';
 
 /** Optional trimming of every XADD: at most one of them. */
 export interface Trim {
@@ -13,9 +12,6 @@ export interface Trim {
   /** `MINID ~ <seq − n + 1>`: keep about the entries of the last `n` seqs. */
   minIdLag: number | undefined;
 }
-
-/** A W3C `traceparent`, as format.ts checks it. */
-const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 /**
  * The arguments of the event's XADD after the key: trimming, the entry id
@@ -46,29 +42,10 @@ export function xaddArgs(message: RelayMessage, trim: Trim, format: MessageForma
     'payload', event.payloadText,
     'headers', event.headersText,
   );
-  const trace = traceContext(event.headers, event.headersText);
+  const trace = traceContext(event.headersText);
   if (trace) {
     args.push('traceparent', trace.traceparent);
     if (trace.tracestate) args.push('tracestate', trace.tracestate);
   }
   return args;
-}
-
-/**
- * The headers' W3C trace context, when they carry a valid `traceparent` as
- * a string. Read from the parsed headers; from their text only when the
- * parse gave nothing (headers holding a number no JavaScript number holds
- * exactly parse to `{}`) and the text names a traceparent at all.
- */
-function traceContext(headers: StreamEvent['headers'], text: string): { traceparent: string; tracestate: string | undefined } | undefined {
-  let traceparent = headers['traceparent'];
-  let tracestate = headers['tracestate'];
-  if (traceparent === undefined) {
-    if (!text.includes('"traceparent"')) return undefined;
-    const own = new Map(stringHeaders(text));
-    traceparent = own.get('traceparent');
-    tracestate = own.get('tracestate');
-  }
-  if (typeof traceparent !== 'string' || !TRACEPARENT.test(traceparent)) return undefined;
-  return { traceparent, tracestate: typeof tracestate === 'string' && tracestate !== '' ? tracestate : undefined };
 }

@@ -42,6 +42,13 @@ export function alreadyStored(err: unknown): boolean {
   return err instanceof Error && err.name === 'ReplyError' && err.message === ALREADY_STORED;
 }
 
+/** A refusal the page script returned (the text of an error reply; sink.ts, PAGE_SCRIPT) as the reply error it stands for. */
+export function scriptRefusal(text: string): Error {
+  const err = new Error(text);
+  err.name = 'ReplyError';
+  return err;
+}
+
 /**
  * A failure as a `SinkError`. `at` says what was being done; `seq` is the
  * event whose own XADD the reply answered (absent for a page-wide or
@@ -70,7 +77,9 @@ export function redisError(err: unknown, at: string, seq?: bigint, socketError?:
     AUTH_CODES.has(code) ? ' (check the user, the password and its ACL permissions in url)'
     : code === 'WRONGTYPE' ? ' (the key holds another type than a stream: change the stream template, or remove the key)'
     : '';
-  return new SinkError(NAME, `${at}: Redis refused it: ${text}${hint}`, { retryable, cause: err, ...(retryable || seq === undefined ? {} : { seq }) });
+  // Credentials and a key of another type concern every event alike: no seq (the relay stops under either onRefused policy).
+  const eventsOwn = !retryable && seq !== undefined && !AUTH_CODES.has(code) && code !== 'WRONGTYPE';
+  return new SinkError(NAME, `${at}: Redis refused it: ${text}${hint}`, { retryable, cause: err, ...(eventsOwn ? { seq } : {}) });
 }
 
 /** The first line of an error's message, cut to 300 characters. */

@@ -23,12 +23,20 @@
  * target stream top item`, replies.ts). The relay publishes one tidemark
  * stream's events in seq order and, after a failure or a crash, publishes
  * again from its committed cursor; so an event refused that way is one a
- * previous attempt stored, and the sink counts it as delivered. Each page
- * goes in one MULTI/EXEC transaction, so a page is stored whole or not at
- * all: with a plain pipeline, a command refused for a passing reason (BUSY,
- * OOM, READONLY after a failover) could be followed by a later one stored,
- * and the refused event, published again, would then be taken as delivered
- * and lost. This holds as long as:
+ * previous attempt stored, and the sink counts it as delivered. A page is
+ * stored as a prefix: its events up to one Redis refused, never a later
+ * one after it. With a plain pipeline, a command refused for a passing
+ * reason (OOM, READONLY after a failover) could be followed by a later one
+ * stored, and the refused event, published again, would then be taken as
+ * delivered and lost. So a page goes as one call of a Lua script
+ * ({@link PAGE_SCRIPT}) that adds the entries in order and stops at the
+ * first refusal other than that one; a script runs whole, with no other
+ * command between its XADDs, and costs one command where a pipeline costs
+ * one per event. Where the server does not let the user run scripts (an
+ * ACL without `@scripting`, a managed service without Lua), `open` finds
+ * out and each page goes as one MULTI/EXEC transaction instead: stored
+ * whole or, when a command is refused while queued, not at all. This
+ * holds as long as:
  * - the Redis stream belongs to the relay: nothing else adds entries to it
  *   (an entry above an event's seq would make the relay skip the event), and
  *   nobody deletes the key (the relay would not send again what it held);
@@ -62,6 +70,7 @@
  * ```
  */
 import { Buffer } from 'node:buffer';
+import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../../errors.js';
 import { checkKnownOptions, integerOption } from '../../../options.js';
@@ -70,7 +79,7 @@ import type { RelayMessage, Sink, SinkTarget } from '../../sink.js';
 import { compileTemplate, type Template } from '../../template.js';
 import { RedisLink } from './connection.js';
 import { xaddArgs, type Trim } from './entry.js';
-import { alreadyStored, NAME, redisError } from './replies.js';
+import { ALREADY_STORED, alreadyStored, NAME, redisError, replyCode, scriptRefusal } from './replies.js';
 import { parseRedisUrl, type RedisServer } from './url.js';
 
 /** Options for {@link RedisSink}. Every duration is in milliseconds. */
@@ -98,12 +107,42 @@ const KEY_FIELDS: readonly string[] = ['schema', 'stream'];
 const DEFAULT_MAX_BULK_BYTES = 512 * 1024 * 1024;
 
 /**
+ * A page's XADDs in one command. KEYS[1] is the Redis stream; ARGV holds,
+ * for each entry in seq order, its number of XADD arguments, then those
+ * arguments (after the key). Adds the entries in order and stops at the
+ * first refusal other than {@link ALREADY_STORED}, returning the number of
+ * entries before it (stored now or before) and the refusal; returns
+ * `{count}` when every entry is stored.
+ */
+export const PAGE_SCRIPT = `local added, i = 0, 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  local reply = redis.pcall('XADD', KEYS[1], unpack(ARGV, i + 1, i + n))
+  if type(reply) == 'table' and reply.err ~= nil and reply.err ~= ${JSON.stringify(ALREADY_STORED)} then
+    return {added, reply.err}
+  end
+  added = added + 1
+  i = i + n + 1
+end
+return {added}`;
+const PAGE_SCRIPT_SHA = createHash('sha1').update(PAGE_SCRIPT).digest('hex');
+/**
+ * At most this many UTF-16 units of arguments per script call (so at most
+ * three times as many bytes): a command must fit Redis's query buffer
+ * (`client-query-buffer-limit`, 1 GiB by default), so a page of large
+ * events goes in several calls, each sent once the one before it stored
+ * all of its entries.
+ */
+const SCRIPT_CALL_UNITS = 32 * 1024 * 1024;
+
+/**
  * Publishes relayed events to Redis Streams, exactly once (see the module
  * comment for the conditions). Options are checked in the constructor;
  * nothing connects before `open`.
  */
 export class RedisSink implements Sink {
   readonly name = NAME;
+  readonly inOrderOnly = 'a Redis stream takes an entry only above its top: a replayed dead letter would be taken as stored and lost';
   readonly description: string;
   readonly ackTimeoutMs: number;
   private readonly connectTimeoutMs: number;
@@ -121,6 +160,8 @@ export class RedisSink implements Sink {
    * connection without a reply, so it is refused before sending.
    */
   private maxBulkBytes = DEFAULT_MAX_BULK_BYTES;
+  /** Whether pages go as {@link PAGE_SCRIPT} calls (`open` checks that the user may run it) or as MULTI/EXEC transactions. */
+  private scripted = false;
   private closed = false;
 
   /** Checks `options` (throws `InvalidOptionsError` naming the option); connects to nothing. */
@@ -198,6 +239,7 @@ export class RedisSink implements Sink {
         });
       }
     }
+    this.scripted = await this.scriptAllowed(client, keys.values().next().value ?? 'tidemark', signal);
     this.target = { keys, origin: target.origin };
   }
 
@@ -223,19 +265,11 @@ export class RedisSink implements Sink {
       entries.push(args);
     }
     const client = await this.link.connection(signal);
+    if (this.scripted) return this.addByScript(client, keys, entries, messages, signal);
     const tx = client.multi();
     for (let i = 0; i < entries.length; i += 1) tx.xadd(keys[i]!, ...(entries[i] as [string, string]));
-    const first = messages[0]!.event.seq;
-    const last = messages[messages.length - 1]!.event.seq;
-    const what = messages.length === 1 ? `the event seq ${first}` : `the events seq ${first} to ${last}`;
-    let replies: [Error | null, unknown][] | null;
-    try {
-      replies = await this.link.bounded(client, tx.exec(), signal, this.ackTimeoutMs, () => `no reply from ${this.server.address} to ${what} within ${this.ackTimeoutMs} ms (ackTimeoutMs); the connection was dropped`);
-    } catch (err) {
-      if (signal.aborted && err === signal.reason) throw err;
-      throw redisError(err, `publishing ${what} to ${this.server.address}`, undefined, this.link.lastError);
-    }
-    if (!replies) throw new SinkError(NAME, `publishing ${what}: Redis discarded the transaction`, { retryable: true });
+    const replies = await this.reply(client, tx.exec(), messages, 0, messages.length, signal);
+    if (!replies) throw new SinkError(NAME, `publishing ${this.what(messages, 0, messages.length)}: Redis discarded the transaction`, { retryable: true });
     for (let i = 0; i < replies.length; i += 1) {
       const failure = replies[i]![0];
       if (failure === null || alreadyStored(failure)) continue;
@@ -244,10 +278,79 @@ export class RedisSink implements Sink {
     }
   }
 
+  /**
+   * `messages` as {@link PAGE_SCRIPT} calls: one per run of events with the
+   * same key, split where a call would grow past {@link SCRIPT_CALL_UNITS};
+   * each call sent once the one before stored all of its entries, so what
+   * Redis holds is always a prefix of the page.
+   */
+  private async addByScript(client: Redis, keys: string[], entries: string[][], messages: readonly RelayMessage[], signal: AbortSignal): Promise<void> {
+    for (let from = 0; from < entries.length; ) {
+      const key = keys[from]!;
+      const args: string[] = [];
+      let units = 0;
+      let to = from;
+      while (to < entries.length && keys[to] === key && (to === from || units < SCRIPT_CALL_UNITS)) {
+        const entry = entries[to]!;
+        args.push(String(entry.length));
+        for (const arg of entry) {
+          args.push(arg);
+          units += arg.length;
+        }
+        to += 1;
+      }
+      const sent = client.evalsha(PAGE_SCRIPT_SHA, 1, key, ...args).catch((err: unknown) => {
+        // Not in the server's script cache (a restart, SCRIPT FLUSH): the script itself, which caches it again.
+        if (replyCode(err) === 'NOSCRIPT') return client.eval(PAGE_SCRIPT, 1, key, ...args);
+        throw err;
+      });
+      const [added, refusal] = (await this.reply(client, sent, messages, from, to, signal)) as [number, string?];
+      if (refusal !== undefined) {
+        const seq = messages[from + added]!.event.seq;
+        throw redisError(scriptRefusal(refusal), `publishing the event seq ${seq} to the Redis stream ${JSON.stringify(key)}`, seq);
+      }
+      from = to;
+    }
+  }
+
+  /** Redis's reply to the events `from` to `to` (exclusive) of `messages`, bounded by ackTimeoutMs; a failure as a SinkError. */
+  private async reply<T>(client: Redis, reply: Promise<T>, messages: readonly RelayMessage[], from: number, to: number, signal: AbortSignal): Promise<T> {
+    const what = this.what(messages, from, to);
+    try {
+      return await this.link.bounded(client, reply, signal, this.ackTimeoutMs, () => `no reply from ${this.server.address} to ${what} within ${this.ackTimeoutMs} ms (ackTimeoutMs); the connection was dropped`);
+    } catch (err) {
+      if (signal.aborted && err === signal.reason) throw err;
+      throw redisError(err, `publishing ${what} to ${this.server.address}`, undefined, this.link.lastError);
+    }
+  }
+
+  /** "the event seq N" or "the events seq N to M", for the events `from` to `to` (exclusive). */
+  private what(messages: readonly RelayMessage[], from: number, to: number): string {
+    const first = messages[from]!.event.seq;
+    const last = messages[to - 1]!.event.seq;
+    return to - from === 1 ? `the event seq ${first}` : `the events seq ${first} to ${last}`;
+  }
+
   /** Closes the connection; idempotent. */
   close(): Promise<void> {
     this.closed = true;
     return this.link.close();
+  }
+
+  /**
+   * Whether the user may run {@link PAGE_SCRIPT}: a call with no entries
+   * (which also puts the script in the server's cache). A refusal that is
+   * not retryable (NOPERM, an unknown or renamed command, scripting turned
+   * off) means no: pages then go as MULTI/EXEC transactions.
+   */
+  private async scriptAllowed(client: Redis, key: string, signal: AbortSignal): Promise<boolean> {
+    try {
+      await this.check(client, client.eval(PAGE_SCRIPT, 1, key), signal, 'loading the page script (EVAL)');
+      return true;
+    } catch (err) {
+      if (err instanceof SinkError && !err.retryable) return false;
+      throw err;
+    }
   }
 
   /** `proto-max-bulk-len`, or Redis's default when CONFIG GET is not allowed (managed servers, ACLs). */
