@@ -1111,6 +1111,14 @@ const MUTANTS: Mutant[] = [
     tests: ['relay/redis-sink'],
   },
   {
+    id: 'redis-part-unguarded',
+    what: 'a part of a page is added although the part before it stopped at a refusal',
+    file: 'src/relay/sinks/redis/sink.ts',
+    find: "if #at < #want or (#at == #want and at < want) then",
+    replace: 'if false then',
+    tests: ['relay/redis-sink'],
+  },
+  {
     id: 'relay-replay-unpublished',
     what: "a replayed dead letter of the relay is deleted without being published",
     file: 'src/relay/relay.ts',

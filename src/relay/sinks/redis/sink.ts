@@ -29,7 +29,7 @@
  * reason (OOM, READONLY after a failover) could be followed by a later one
  * stored, and the refused event, published again, would then be taken as
  * delivered and lost. So a page goes as one call of a Lua script
- * ({@link PAGE_SCRIPT}) that adds the entries in order and stops at the
+ * ({@link PAGE_SCRIPT}), in parts sent pipelined, that adds the entries in order and stops at the
  * first refusal other than that one; a script runs whole, with no other
  * command between its XADDs, and costs one command where a pipeline costs
  * one per event. Where the server does not let the user run scripts (an
@@ -105,16 +105,30 @@ const DEFAULTS = { stream: '{schema}:{stream}', ackTimeoutMs: 10_000, connectTim
 const KEY_FIELDS: readonly string[] = ['schema', 'stream'];
 /** Redis's default `proto-max-bulk-len`, 512 MiB. */
 const DEFAULT_MAX_BULK_BYTES = 512 * 1024 * 1024;
+/** How {@link PAGE_SCRIPT} says that a part found the parts before it not stored. */
+const PART_GAP = 'TIDEMARK_PART_GAP';
 
 /**
- * A page's XADDs in one command. KEYS[1] is the Redis stream; ARGV holds,
- * for each entry in seq order, its number of XADD arguments, then those
- * arguments (after the key). Adds the entries in order and stops at the
- * first refusal other than {@link ALREADY_STORED}, returning the number of
- * entries before it (stored now or before) and the refusal; returns
- * `{count}` when every entry is stored.
+ * Part of a page's XADDs in one command. KEYS[1] is the Redis stream.
+ * ARGV[1] is the id of the previous part's last entry ('' for a page's
+ * first part); then, for each entry in seq order, its number of XADD
+ * arguments and those arguments (after the key). The parts of a page are
+ * sent pipelined, so a part first checks that the stream's top is at or
+ * above ARGV[1]: every entry of the parts before it stored (now or before),
+ * none of them refused. If not it adds nothing and returns `{0, GAP}`.
+ * Then it adds the entries in order and stops at the first refusal other
+ * than {@link ALREADY_STORED}, returning the number of entries before it
+ * (stored now or before) and the refusal; `{count}` when every entry is
+ * stored. Ids compare by their seq's digits: `<seq>-0` throughout.
  */
-export const PAGE_SCRIPT = `local added, i = 0, 1
+export const PAGE_SCRIPT = `local after = ARGV[1]
+if after ~= '' then
+  local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+  local at = top and string.sub(top[1], 1, string.find(top[1], '-', 1, true) - 1) or ''
+  local want = string.sub(after, 1, string.find(after, '-', 1, true) - 1)
+  if #at < #want or (#at == #want and at < want) then return {0, ${JSON.stringify(`${PART_GAP} the previous part of the page was not stored`)}} end
+end
+local added, i = 0, 2
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local reply = redis.pcall('XADD', KEYS[1], unpack(ARGV, i + 1, i + n))
@@ -127,11 +141,14 @@ end
 return {added}`;
 const PAGE_SCRIPT_SHA = createHash('sha1').update(PAGE_SCRIPT).digest('hex');
 /**
- * At most this many UTF-16 units of arguments per script call (so at most
- * three times as many bytes): a command must fit Redis's query buffer
- * (`client-query-buffer-limit`, 1 GiB by default), so a page of large
- * events goes in several calls, each sent once the one before it stored
- * all of its entries.
+ * Entries per script call: a page goes in parts, pipelined, so Redis runs
+ * one part while the next is encoded and sent.
+ */
+const PART_ENTRIES = 128;
+/**
+ * At most this many UTF-16 units of arguments per part (so at most three
+ * times as many bytes): a command must fit Redis's query buffer
+ * (`client-query-buffer-limit`, 1 GiB by default).
  */
 const SCRIPT_CALL_UNITS = 32 * 1024 * 1024;
 
@@ -279,18 +296,23 @@ export class RedisSink implements Sink {
   }
 
   /**
-   * `messages` as {@link PAGE_SCRIPT} calls: one per run of events with the
-   * same key, split where a call would grow past {@link SCRIPT_CALL_UNITS};
-   * each call sent once the one before stored all of its entries, so what
-   * Redis holds is always a prefix of the page.
+   * `messages` as {@link PAGE_SCRIPT} calls, pipelined: one run of events
+   * with the same key after another, each run in parts of up to
+   * {@link PART_ENTRIES} entries and {@link SCRIPT_CALL_UNITS}. A part adds
+   * nothing unless the parts before it stored all of their entries, so what
+   * Redis holds is always a prefix of the page; the first refusal, in page
+   * order, is the page's.
    */
   private async addByScript(client: Redis, keys: string[], entries: string[][], messages: readonly RelayMessage[], signal: AbortSignal): Promise<void> {
+    const parts: { from: number; to: number; key: string; reply: Promise<unknown> }[] = [];
+    // Per key, the last entry of its previous part: a key's parts are chained even when other keys' come between.
+    const lastOf = new Map<string, string>();
     for (let from = 0; from < entries.length; ) {
       const key = keys[from]!;
-      const args: string[] = [];
+      const args: string[] = [lastOf.get(key) ?? ''];
       let units = 0;
       let to = from;
-      while (to < entries.length && keys[to] === key && (to === from || units < SCRIPT_CALL_UNITS)) {
+      while (to < entries.length && keys[to] === key && (to === from || (to - from < PART_ENTRIES && units < SCRIPT_CALL_UNITS))) {
         const entry = entries[to]!;
         args.push(String(entry.length));
         for (const arg of entry) {
@@ -304,12 +326,21 @@ export class RedisSink implements Sink {
         if (replyCode(err) === 'NOSCRIPT') return client.eval(PAGE_SCRIPT, 1, key, ...args);
         throw err;
       });
-      const [added, refusal] = (await this.reply(client, sent, messages, from, to, signal)) as [number, string?];
-      if (refusal !== undefined) {
-        const seq = messages[from + added]!.event.seq;
-        throw redisError(scriptRefusal(refusal), `publishing the event seq ${seq} to the Redis stream ${JSON.stringify(key)}`, seq);
-      }
+      const reply = this.reply(client, sent, messages, from, to, signal);
+      reply.catch(() => undefined); // awaited below, in order; a part after a failure is not
+      parts.push({ from, to, key, reply });
+      lastOf.set(key, `${messages[to - 1]!.event.seq}-0`);
       from = to;
+    }
+    for (const { from, key, reply } of parts) {
+      const [added, refusal] = (await reply) as [number, string?];
+      if (refusal === undefined) continue;
+      if (refusal.startsWith(PART_GAP)) {
+        // Only after a part that failed, whose error came first; or the key was changed between two parts.
+        throw new SinkError(NAME, `publishing to the Redis stream ${JSON.stringify(key)}: its top fell below an entry just stored (was the key deleted?)`, { retryable: true });
+      }
+      const seq = messages[from + added]!.event.seq;
+      throw redisError(scriptRefusal(refusal), `publishing the event seq ${seq} to the Redis stream ${JSON.stringify(key)}`, seq);
     }
   }
 
@@ -345,7 +376,7 @@ export class RedisSink implements Sink {
    */
   private async scriptAllowed(client: Redis, key: string, signal: AbortSignal): Promise<boolean> {
     try {
-      await this.check(client, client.eval(PAGE_SCRIPT, 1, key), signal, 'loading the page script (EVAL)');
+      await this.check(client, client.eval(PAGE_SCRIPT, 1, key, ''), signal, 'loading the page script (EVAL)');
       return true;
     } catch (err) {
       if (err instanceof SinkError && !err.retryable) return false;
