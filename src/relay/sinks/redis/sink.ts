@@ -28,11 +28,12 @@
  * one after it. With a plain pipeline, a command refused for a passing
  * reason (OOM, READONLY after a failover) could be followed by a later one
  * stored, and the refused event, published again, would then be taken as
- * delivered and lost. So a page goes as one call of a Lua script
- * ({@link PAGE_SCRIPT}), in parts sent pipelined, that adds the entries in order and stops at the
- * first refusal other than that one; a script runs whole, with no other
- * command between its XADDs, and costs one command where a pipeline costs
- * one per event. Where the server does not let the user run scripts (an
+ * delivered and lost. So a page goes as calls of a Lua script
+ * ({@link PAGE_SCRIPT}), 128 entries each, sent pipelined: each adds its
+ * entries in order and stops at the first refusal other than that one,
+ * and adds nothing unless the calls before it stored all of theirs. A
+ * script runs whole, with no other command between its XADDs, and costs
+ * one command where a pipeline costs one per event. Where the server does not let the user run scripts (an
  * ACL without `@scripting`, a managed service without Lua), `open` finds
  * out and each page goes as one MULTI/EXEC transaction instead: stored
  * whole or, when a command is refused while queued, not at all. This
@@ -304,7 +305,7 @@ export class RedisSink implements Sink {
    * order, is the page's.
    */
   private async addByScript(client: Redis, keys: string[], entries: string[][], messages: readonly RelayMessage[], signal: AbortSignal): Promise<void> {
-    const parts: { from: number; to: number; key: string; reply: Promise<unknown> }[] = [];
+    const parts: { from: number; key: string; reply: Promise<unknown> }[] = [];
     // Per key, the last entry of its previous part: a key's parts are chained even when other keys' come between.
     const lastOf = new Map<string, string>();
     for (let from = 0; from < entries.length; ) {
@@ -328,7 +329,7 @@ export class RedisSink implements Sink {
       });
       const reply = this.reply(client, sent, messages, from, to, signal);
       reply.catch(() => undefined); // awaited below, in order; a part after a failure is not
-      parts.push({ from, to, key, reply });
+      parts.push({ from, key, reply });
       lastOf.set(key, `${messages[to - 1]!.event.seq}-0`);
       from = to;
     }
