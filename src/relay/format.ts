@@ -24,7 +24,7 @@
  */
 import { InvalidOptionsError } from '../errors.js';
 import { echoValue } from '../options.js';
-import { stringHeaders, type RelayMessage } from './sink.js';
+import type { RelayMessage } from './sink.js';
 import { compileTemplate, type Template } from './template.js';
 
 /** The layouts a sink can publish. */
@@ -137,9 +137,9 @@ function attributes(message: RelayMessage, origin: string, source: Template, typ
  */
 export function traceContext(headersText: string): { traceparent: string; tracestate: string | undefined } | undefined {
   if (!headersText.includes('"traceparent"')) return undefined;
-  const own = new Map(stringHeaders(headersText));
-  const traceparent = own.get('traceparent');
-  if (traceparent === undefined || !TRACEPARENT.test(traceparent)) return undefined;
-  const tracestate = own.get('tracestate');
-  return { traceparent, tracestate: tracestate !== undefined && tracestate !== '' ? tracestate : undefined };
+  // JSON.parse makes every name an own property (even "__proto__"); jsonb keeps one value per name.
+  const headers = JSON.parse(headersText) as { traceparent?: unknown; tracestate?: unknown };
+  const { traceparent, tracestate } = headers;
+  if (typeof traceparent !== 'string' || !TRACEPARENT.test(traceparent)) return undefined;
+  return { traceparent, tracestate: typeof tracestate === 'string' && tracestate !== '' ? tracestate : undefined };
 }

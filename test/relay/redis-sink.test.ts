@@ -138,6 +138,18 @@ test('a page is one call of the page script; a user without @scripting gets MULT
   assert.deepEqual([await calls(admin, 'evalsha'), await calls(admin, 'exec')], [2, 2], 'the pages went as transactions');
 });
 
+test('a server that lost the page script (a restart, SCRIPT FLUSH) is sent the script itself, and the page is stored whole', async (t) => {
+  const { server: s, admin } = await server(t);
+  const sink = await openSink(t, { url: s.url });
+  await admin.script('FLUSH');
+  // 300 events: three parts, each of which finds the script gone.
+  await sink.publish(messages(...Array.from({ length: 300 }, (_, i) => i + 1)), never);
+  assert.deepEqual(await ids(admin), Array.from({ length: 300 }, (_, i) => `${i + 1}-0`));
+  assert.ok((await calls(admin, 'eval')) >= 2, 'the open probe and at least one page part went as EVAL');
+  await sink.publish(messages(301), never);
+  assert.deepEqual((await admin.xrange('tidemark:orders', '301-0', '301-0')).length, 1);
+});
+
 test('a page Redis refuses for memory (OOM) fails, retryable, storing nothing; published again, every event is there once, in order', async (t) => {
   const { server: s, admin } = await server(t);
   const sink = await openSink(t, { url: s.url });

@@ -1119,6 +1119,14 @@ const MUTANTS: Mutant[] = [
     tests: ['relay/redis-sink'],
   },
   {
+    id: 'redis-noscript-fails',
+    what: 'a page sent to a server that lost the page script fails instead of sending the script',
+    file: 'src/relay/sinks/redis/sink.ts',
+    find: "if (replyCode(err) !== 'NOSCRIPT') throw err;",
+    replace: 'throw err;',
+    tests: ['relay/redis-sink'],
+  },
+  {
     id: 'relay-replay-unpublished',
     what: "a replayed dead letter of the relay is deleted without being published",
     file: 'src/relay/relay.ts',

@@ -5,6 +5,7 @@
  * and a command ioredis sent again behind its back could land after a later
  * page.
  */
+import type * as IORedis from 'ioredis';
 import type { Redis } from 'ioredis';
 import { ClosedError, SinkError } from '../../../errors.js';
 import { loadRedis } from './client.js';
@@ -18,6 +19,8 @@ export class RedisLink {
   /** The last connection error ioredis reported (its commands then fail with a bare "Connection is closed"). */
   lastError: unknown;
   private client: Redis | undefined;
+  /** ioredis itself, once a connection was dialled. */
+  private module: typeof IORedis | undefined;
   private connecting: Promise<Redis> | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -50,7 +53,8 @@ export class RedisLink {
     const stale = this.client;
     this.client = undefined;
     stale?.disconnect();
-    const { Redis: Client } = await loadRedis();
+    this.module = await loadRedis();
+    const { Redis: Client } = this.module;
     const { host, port, tls, username, password, db } = this.server;
     const client = new Client({
       host,
@@ -131,6 +135,19 @@ export class RedisLink {
         },
       );
     });
+  }
+
+  /**
+   * Sends the command `name` with `args` on `client` (made by this link),
+   * as `client.call(name, ...args)` would. ioredis copies a command's
+   * arguments with `Array.prototype.flat`, which V8 runs at about 130 ns an
+   * argument: 2.4 µs an event of a page script call. `args` are strings,
+   * flat already, so the command takes them as they are.
+   */
+  send(client: Redis, name: string, args: string[]): Promise<unknown> {
+    const command = new this.module!.Command(name, [], { replyEncoding: 'utf8' });
+    command.args = args;
+    return client.sendCommand(command) as Promise<unknown>;
   }
 
   /** Destroys the connection at once (a stopped server never answers the FIN of a polite close). */

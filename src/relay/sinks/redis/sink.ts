@@ -310,7 +310,7 @@ export class RedisSink implements Sink {
     const lastOf = new Map<string, string>();
     for (let from = 0; from < entries.length; ) {
       const key = keys[from]!;
-      const args: string[] = [lastOf.get(key) ?? ''];
+      const args: string[] = [PAGE_SCRIPT_SHA, '1', key, lastOf.get(key) ?? ''];
       let units = 0;
       let to = from;
       while (to < entries.length && keys[to] === key && (to === from || (to - from < PART_ENTRIES && units < SCRIPT_CALL_UNITS))) {
@@ -322,10 +322,11 @@ export class RedisSink implements Sink {
         }
         to += 1;
       }
-      const sent = client.evalsha(PAGE_SCRIPT_SHA, 1, key, ...args).catch((err: unknown) => {
+      const sent = this.link.send(client, 'evalsha', args).catch((err: unknown) => {
         // Not in the server's script cache (a restart, SCRIPT FLUSH): the script itself, which caches it again.
-        if (replyCode(err) === 'NOSCRIPT') return client.eval(PAGE_SCRIPT, 1, key, ...args);
-        throw err;
+        if (replyCode(err) !== 'NOSCRIPT') throw err;
+        args[0] = PAGE_SCRIPT;
+        return this.link.send(client, 'eval', args);
       });
       const reply = this.reply(client, sent, messages, from, to, signal);
       reply.catch(() => undefined); // awaited below, in order; a part after a failure is not
