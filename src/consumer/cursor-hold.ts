@@ -130,10 +130,14 @@ export class CursorHold {
     return hold;
   }
 
-  /** One of tidemark's own statements on the held connection, answered within `boundMs` or the connection is dropped. */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+  /**
+   * One of tidemark's own statements on the held connection, answered within
+   * `boundMs` or the connection is dropped; `types` parses its columns
+   * (EVENT_TYPES for a read of events) instead of pg's global parsers.
+   */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], types?: pg.CustomTypesConfig): Promise<pg.QueryResult<R>> {
     return withDeadline(this.client, this.boundMs, `${JSON.stringify(this.consumer)} on ${JSON.stringify(this.stream)}`, () =>
-      this.client.query<R>(text, values),
+      types === undefined ? this.client.query<R>(text, values) : this.client.query<R>({ text, values, types }),
     );
   }
 

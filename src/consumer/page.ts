@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { ConnectionLostError, HandlerError, ResyncRequiredError, SQLSTATE, sqlState } from '../errors.js';
 import { handledBefore } from './failures.js';
 import { quoteIdent, sqlText } from '../db/queryable.js';
+import { EVENT_TYPES } from '../db/types.js';
 import { transaction, type CursorHold } from './cursor-hold.js';
 import type { Handler } from './events.js';
 import { streamEventFor } from './exact-json.js';
@@ -43,6 +44,7 @@ export interface PageSql {
  * An event's columns as a page reads them: payload and headers as
  * PostgreSQL's own text, which the handler gets byte for byte, and parsed
  * from it without changing a number, never re-serialised (exact-json.ts).
+ * A query of them is parsed with EVENT_TYPES (src/db/types.ts).
  */
 export const EVENT_COLUMNS = (t: string) =>
   `${t}.seq, ${t}.kind, ${t}.key, ${t}.payload::pg_catalog.text AS payload, ${t}.headers::pg_catalog.text AS headers, ${t}.occurred_at`;
@@ -218,7 +220,7 @@ export async function runPage(
       throw failure;
     }
   };
-  const results = async (text: string) => (await hold.query(text)) as unknown as pg.QueryResult[];
+  const results = async (text: string) => (await hold.query(text, undefined, EVENT_TYPES)) as unknown as pg.QueryResult[];
 
   const ahead = readAhead?.use ? await within(readAhead.use.rows, readAhead.waitMs) : undefined;
   let info: PageInfoRow | undefined;

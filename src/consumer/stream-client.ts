@@ -18,6 +18,7 @@ import { withDeadline } from '../db/deadline.js';
 import { notifyObserver, reportError } from '../callbacks.js';
 import { loadOtel } from '../tracing.js';
 import { handlerInSpans } from './handler-span.js';
+import { EVENT_TYPES } from '../db/types.js';
 
 /** What a page handed to its handlers, as {@link TailOptions.beforeCommit} sees it. */
 export interface PageInfo {
@@ -732,7 +733,7 @@ export class StreamClient {
       let row: (EventRow & { id: string; attempts: number }) | undefined;
       try {
         await hold.query(this.sql.begin(this.options.lockTimeoutMs));
-        row = (await hold.query<EventRow & { id: string; attempts: number }>(sql.nextReplay, [hold.consumer, hold.stream, tried])).rows[0];
+        row = (await hold.query<EventRow & { id: string; attempts: number }>(sql.nextReplay, [hold.consumer, hold.stream, tried], EVENT_TYPES)).rows[0];
         if (!row) {
           await hold.query('COMMIT');
           return;
@@ -844,7 +845,7 @@ export class StreamClient {
     // pool's other borrowers would hold the next page back, not speed it up.
     const pool = this.pool as pg.Pool & { options?: { max?: number } };
     if (pool.idleCount === 0 && pool.totalCount >= (pool.options?.max ?? 10)) return undefined;
-    const rows = boundedQuery<EventRow>(this.pool, this.options.responseTimeoutMs, 'reading the next page ahead', this.sql.prefetch, [stream, after.toString(), limit]).then(
+    const rows = boundedQuery<EventRow>(this.pool, this.options.responseTimeoutMs, 'reading the next page ahead', this.sql.prefetch, [stream, after.toString(), limit], EVENT_TYPES).then(
       (r) => r.rows, // runPage uses them only when they are a full page
       () => undefined, // the page reads as usual
     );

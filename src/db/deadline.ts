@@ -49,7 +49,8 @@ export function destroySocket(client: pg.ClientBase): void {
 /**
  * One statement on its own pooled connection, answered within `ms` or the
  * connection is destroyed ({@link NoResponseError}). A connection whose
- * statement failed without a SQLSTATE is destroyed, not reused.
+ * statement failed without a SQLSTATE is destroyed, not reused. `types`
+ * parses its columns instead of pg's global parsers.
  */
 export async function boundedQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
   pool: pg.Pool,
@@ -57,13 +58,14 @@ export async function boundedQuery<R extends pg.QueryResultRow = pg.QueryResultR
   what: string,
   text: string,
   values?: unknown[],
+  types?: pg.CustomTypesConfig,
 ): Promise<pg.QueryResult<R>> {
   const client = await pool.connect();
   const ignore = () => undefined; // the query's own rejection carries the failure
   client.on('error', ignore);
   let broken: Error | undefined;
   try {
-    return await withDeadline(client, ms, what, () => client.query<R>(text, values));
+    return await withDeadline(client, ms, what, () => (types === undefined ? client.query<R>(text, values) : client.query<R>({ text, values, types })));
   } catch (err) {
     if (!(typeof err === 'object' && err !== null && 'code' in err) || err instanceof NoResponseError) broken = err as Error;
     throw err;
