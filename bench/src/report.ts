@@ -33,6 +33,13 @@ export interface BenchReport {
   elapsedMs: number;
 }
 
+/** The middle value (the mean of the two middle ones for an even count). */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
 /** A ratio for a goal's figure: three decimals, or four when three would round it across the target. */
 export function ratioText(value: number, target: number): string {
   const short = value.toFixed(3);

@@ -1,19 +1,12 @@
 import { benchPool } from '../db.js';
 import type { BenchContext } from '../context.js';
 import { runLoad, startTogether } from '../load.js';
-import { ratioText, type Goal, type ScenarioResult } from '../report.js';
+import { median, ratioText, type Goal, type ScenarioResult } from '../report.js';
 import { clientWriter } from '../contenders/common.js';
 
 const SIZES = [1, 100];
 /** Contenders whose writer path is the same as another's (the shared baseline table) are measured once. */
 const SAME_WRITER_AS: Record<string, string> = { 'xid-position': 'naive', 'xid-compound': 'naive' };
-
-/** The middle value (the mean of the two middle ones for an even count). */
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
 
 /**
  * Writer-path throughput: 8 connections back to back, 1 or 100 events per
