@@ -139,7 +139,9 @@ export function traceContext(headersText: string): { traceparent: string; traces
   if (!headersText.includes('"traceparent"')) return undefined;
   // JSON.parse makes every name an own property (even "__proto__"); jsonb keeps one value per name.
   const headers = JSON.parse(headersText) as { traceparent?: unknown; tracestate?: unknown };
-  const { traceparent, tracestate } = headers;
+  // Own properties only, as stringHeaders read them: never a polluted Object.prototype's.
+  const traceparent = Object.hasOwn(headers, 'traceparent') ? headers.traceparent : undefined;
+  const tracestate = Object.hasOwn(headers, 'tracestate') ? headers.tracestate : undefined;
   if (typeof traceparent !== 'string' || !TRACEPARENT.test(traceparent)) return undefined;
   return { traceparent, tracestate: typeof tracestate === 'string' && tracestate !== '' ? tracestate : undefined };
 }

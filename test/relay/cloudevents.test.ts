@@ -14,7 +14,7 @@ import { jetstreamManager, type JetStreamManager, type StoredMsg } from '@nats-i
 import { connect as natsConnect } from '@nats-io/transport-node';
 import { connect as amqpConnect, type Message } from 'amqplib';
 import { InvalidOptionsError } from '../../src/errors.js';
-import { cloudEventId, messageFormat } from '../../src/relay/format.js';
+import { cloudEventId, messageFormat, traceContext } from '../../src/relay/format.js';
 import type { RelayMessage, SinkTarget } from '../../src/relay/sink.js';
 import { NatsSink } from '../../src/relay/sinks/nats/sink.js';
 import { RabbitMqSink } from '../../src/relay/sinks/rabbitmq/sink.js';
@@ -69,6 +69,21 @@ test('an empty key has no subject; a traceparent that is not W3C is not an attri
   assert.equal(attributes.get('source'), 'urn:shop:orders');
   assert.equal(attributes.get('type'), 'com.shop.order.placed');
   toEvent({ 'content-type': 'application/cloudevents+json' }, format.structured(message(3, { key: '' }), TEST_ORIGIN));
+});
+
+test('the trace context is read from the headers\' own names only: not from a polluted Object.prototype, not from a "__proto__" header', () => {
+  const proto = Object.prototype as { traceparent?: string };
+  proto.traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+  try {
+    assert.equal(traceContext('{"other": "x", "note": "traceparent"}'), undefined);
+    assert.equal(traceContext('{"__proto__": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}'), undefined);
+  } finally {
+    delete proto.traceparent;
+  }
+  assert.deepEqual(traceContext('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": ""}'), {
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    tracestate: undefined,
+  });
 });
 
 test('format options are checked: an unknown format, binary mode without headers, CloudEvents templates under the tidemark format', () => {

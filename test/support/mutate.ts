@@ -1151,6 +1151,14 @@ const MUTANTS: Mutant[] = [
     tests: ['db/types'],
   },
   {
+    id: 'trace-context-inherited',
+    what: "the trace context is read from a polluted Object.prototype when the headers have none",
+    file: 'src/relay/format.ts',
+    find: "const traceparent = Object.hasOwn(headers, 'traceparent') ? headers.traceparent : undefined;",
+    replace: 'const traceparent = headers.traceparent;',
+    tests: ['relay/cloudevents'],
+  },
+  {
     id: 'relay-replay-unpublished',
     what: "a replayed dead letter of the relay is deleted without being published",
     file: 'src/relay/relay.ts',
