@@ -25,7 +25,7 @@
  * an array of envelopes (`application/cloudevents-batch+json`).
  */
 import { Buffer } from 'node:buffer';
-import type { RelayMessage } from '../../sink.js';
+import { stringHeaders, type RelayMessage } from '../../sink.js';
 import { CE_STRUCTURED_CONTENT_TYPE, cloudEventId, type MessageFormat } from '../../format.js';
 
 export const CE_BATCH_CONTENT_TYPE = 'application/cloudevents-batch+json';
@@ -83,11 +83,7 @@ function eventHeaders(message: RelayMessage, contentType: string): Record<string
   };
   // No own header to copy (`{}`, the usual case for events without trace context): skip the parse.
   if (event.headersText.length <= 2) return headers;
-  // As stringHeaders does (the string values of one parse), without building its arrays: this runs for every request.
-  const own = JSON.parse(event.headersText) as Record<string, unknown>;
-  for (const name in own) {
-    const value = own[name];
-    if (typeof value !== 'string' || !Object.hasOwn(own, name)) continue;
+  for (const [name, value] of stringHeaders(event.headersText)) {
     if (!HEADER_TOKEN.test(name) || RESERVED_FAMILY.test(name) || RESERVED.has(name.toLowerCase()) || !PLAIN_VALUE.test(value)) continue;
     headers[name.toLowerCase()] = value;
   }
