@@ -137,7 +137,7 @@ export class CursorHold {
    */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], types?: pg.CustomTypesConfig): Promise<pg.QueryResult<R>> {
     return withDeadline(this.client, this.boundMs, `${JSON.stringify(this.consumer)} on ${JSON.stringify(this.stream)}`, () =>
-      types === undefined ? this.client.query<R>(text, values) : this.client.query<R>({ text, values, types }),
+      this.client.query<R>({ text, values, types }),
     );
   }
 

@@ -65,7 +65,7 @@ export async function boundedQuery<R extends pg.QueryResultRow = pg.QueryResultR
   client.on('error', ignore);
   let broken: Error | undefined;
   try {
-    return await withDeadline(client, ms, what, () => (types === undefined ? client.query<R>(text, values) : client.query<R>({ text, values, types })));
+    return await withDeadline(client, ms, what, () => client.query<R>({ text, values, types }));
   } catch (err) {
     if (!(typeof err === 'object' && err !== null && 'code' in err) || err instanceof NoResponseError) broken = err as Error;
     throw err;
