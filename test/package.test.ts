@@ -80,11 +80,12 @@ test('every package npm install tidemark brings runs on the Node versions engine
     peerDependencies: Record<string, string>;
   };
   const lock = JSON.parse(await readFile(new URL('../package-lock.json', import.meta.url), 'utf8')) as { packages: Record<string, LockEntry> };
-  assert.equal(pkg.engines.node, '>=20');
-  const oldest = version('20.0.0');
+  // 20.18.1: undici 7 (the HTTP sink's client) needs it.
+  assert.equal(pkg.engines.node, '>=20.18.1');
+  const oldest = version('20.18.1');
   assert.ok(satisfies(oldest, pkg.engines.node));
   const paths = installed(lock.packages, [...Object.keys(pkg.dependencies), ...Object.keys(pkg.peerDependencies)]);
-  assert.ok(paths.includes('node_modules/pg') && paths.includes('node_modules/amqplib') && !paths.includes('node_modules/typescript'), paths.join(', '));
+  assert.ok(paths.includes('node_modules/pg') && paths.includes('node_modules/undici') && paths.includes('node_modules/amqplib') && !paths.includes('node_modules/typescript'), paths.join(', '));
   const refusing = paths
     .filter((path) => lock.packages[path]!.engines?.node !== undefined && !satisfies(oldest, lock.packages[path]!.engines!.node!))
     .map((path) => `${path.replace(/^node_modules\//, '')} wants node ${lock.packages[path]!.engines!.node}`);

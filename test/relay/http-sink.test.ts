@@ -9,13 +9,15 @@
  */
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { after, test } from 'node:test';
 import { HTTP, type CloudEvent } from 'cloudevents';
-import { InvalidOptionsError, SinkError } from '../../src/errors.js';
+import { ClosedError, InvalidOptionsError, SinkError } from '../../src/errors.js';
 import type { RelayMessage, SinkRetry, SinkTarget } from '../../src/relay/sink.js';
 import { HttpSink, type HttpSinkOptions } from '../../src/relay/sinks/http/sink.js';
 import { signature, signingKey } from '../../src/relay/sinks/http/sign.js';
-import { retryAfter } from '../../src/relay/sinks/http/request.js';
+import { BODY_LIMIT, retryAfter } from '../../src/relay/sinks/http/request.js';
 import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { Receiver, seeded, type Received } from '../support/receiver.js';
 
@@ -184,6 +186,102 @@ test('a request held past ackTimeoutMs fails and is sent again with the same web
   assert.equal(receiver.requests[1]!.headers['webhook-id'], receiver.requests[0]!.headers['webhook-id']);
   assert.match((retries[0]!.error as Error).message, /no response within 150 ms \(ackTimeoutMs\)/);
 });
+
+test("the URL's credentials go as Basic authorization, its path and query as the request target", async () => {
+  const receiver = await new Receiver().start();
+  receivers.push(receiver);
+  const url = new URL(receiver.url);
+  const sink = new HttpSink({ url: `http://us%20er:p%40ss@${url.host}/in/hook?token=a%2Fb&x=1`, secret: SECRET });
+  sinks.push(sink);
+  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  await sink.publish([message(1)], never);
+  const [r] = receiver.requests;
+  assert.equal(r!.url, '/in/hook?token=a%2Fb&x=1');
+  assert.equal(r!.headers.authorization, `Basic ${Buffer.from('us er:p@ss').toString('base64')}`);
+  assert.equal(r!.headers.host, url.host);
+});
+
+/** A node:http server on `host` (a free port) answering with `handle`, closed after the tests; its URL, its request count, and how many of its connections closed. */
+async function serve(handle: Parameters<typeof createServer>[1], host = '127.0.0.1'): Promise<{ server: Server; url: string; requests: () => number; closed: () => number }> {
+  let requests = 0;
+  let closed = 0;
+  const server = createServer((req, res) => {
+    requests += 1;
+    handle!(req, res);
+  });
+  server.on('connection', (socket: Socket) => socket.once('close', () => (closed += 1)));
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, host, resolve));
+  const { port } = server.address() as AddressInfo;
+  after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { server, url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/hook`, requests: () => requests, closed: () => closed };
+}
+
+/** A server whose every answer is `status` with a body that never ends. */
+function endlessAnswers(status: number) {
+  return serve((req, res) => {
+    req.resume();
+    res.writeHead(status, { 'content-type': 'text/plain' });
+    const chunk = Buffer.alloc(16 * 1024, 'x');
+    chunk.write('the start of a long answer');
+    // One chunk at a time until the client goes away (a bounded number of chunks in flight, never an end).
+    let gone = false;
+    res.once('close', () => (gone = true));
+    const more = () => {
+      if (gone) return;
+      if (res.write(chunk)) setImmediate(more);
+      else res.once('drain', more);
+    };
+    more();
+  });
+}
+
+test(`an answer longer than ${BODY_LIMIT} bytes is not read on: a 2xx acknowledges, a refusal names its start; the connection is closed`, BOUNDED, async () => {
+  const ok = await endlessAnswers(200);
+  const sink = new HttpSink({ url: ok.url, ackTimeoutMs: 60_000 });
+  sinks.push(sink);
+  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  await sink.publish([message(1)], never);
+  assert.equal(ok.requests(), 1, 'acknowledged once, not sent again');
+  await waitFor(() => ok.closed() === 1, 'the connection of the long answer closed');
+
+  const refusing = await endlessAnswers(422);
+  const refused = new HttpSink({ url: refusing.url, ackTimeoutMs: 60_000 });
+  sinks.push(refused);
+  await refused.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  const err = await refused.publish([message(2)], never).then(() => undefined, (e: unknown) => e);
+  assert.ok(err instanceof SinkError && !err.retryable && err.seq === 2n, `a refusal of seq 2: ${String(err)}`);
+  assert.match(err.message, /answered 422: "the start of a long answer/);
+  await waitFor(() => refusing.closed() === 1, 'the connection of the long refusal closed');
+});
+
+test('an IPv6 literal URL reaches the receiver', async (t) => {
+  const server = await serve((req, res) => req.resume().once('end', () => res.writeHead(204).end()), '::1').catch((e: unknown) => e as Error);
+  if (server instanceof Error) return t.skip(`this machine cannot listen on ::1 (${server.message})`);
+  const sink = new HttpSink({ url: server.url });
+  sinks.push(sink);
+  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  await sink.publish([message(1), message(2, { key: 'other' })], never);
+  assert.equal(server.requests(), 2);
+});
+
+test('close fails a request in flight, which is not sent again', BOUNDED, async () => {
+  const { receiver, sink } = await setup(() => ({ hold: true }), { ackTimeoutMs: 60_000 });
+  const publishing = sink.publish([message(1)], never);
+  await waitFor(() => receiver.requests.length === 1, 'the request arrived');
+  await sink.close();
+  await assert.rejects(publishing, ClosedError);
+  assert.equal(receiver.requests.length, 1);
+});
+
+async function waitFor(done: () => boolean, what: string): Promise<void> {
+  for (let i = 0; !done(); i += 1) {
+    if (i > 2000) assert.fail(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
 
 test('an abort ends a publish that is sending again, with the abort reason', async () => {
   const { sink } = await setup(() => ({ status: 503, headers: { 'retry-after': '60' } }));

@@ -11,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 export interface Received {
   /** Order of arrival, from 0. */
   n: number;
+  /** The request target: path and query. */
+  url: string;
   headers: IncomingHttpHeaders;
   body: Buffer;
   /** performance.now() when the body was read, and when the answer went out (undefined: not answered). */
@@ -37,7 +39,7 @@ export class Receiver {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        const request: Received = { n: this.requests.length, headers: req.headers, body: Buffer.concat(chunks), at: performance.now() };
+        const request: Received = { n: this.requests.length, url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks), at: performance.now() };
         this.requests.push(request);
         this.inFlight += 1;
         this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);

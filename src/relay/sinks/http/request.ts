@@ -4,11 +4,16 @@
  * {@link BODY_LIMIT} bytes of the response read (a receiver's answer is
  * only looked at for an error message; a longer one closes the connection
  * instead of being read on).
+ *
+ * Requests go through an undici `Pool` of keep-alive HTTP/1.1 connections,
+ * one request on a connection at a time (no pipelining: a POST is not
+ * idempotent, so a request is never queued behind another's answer). Its
+ * dispatch API costs about half the CPU time of a `node:http` request per
+ * event (measured: 43-55 µs against 80-94 µs on this workload), and the
+ * relay's rate to a webhook is bound by that CPU time.
  */
 import { Buffer } from 'node:buffer';
-import http from 'node:http';
-import https from 'node:https';
-import type { Socket } from 'node:net';
+import { Pool, type Dispatcher } from 'undici';
 
 /** Response bytes kept for an error message. */
 export const SNIPPET_BYTES = 200;
@@ -20,10 +25,12 @@ export interface Endpoint {
   url: URL;
   /** The URL for logs: no credentials, no query string. */
   shown: string;
-  agent: http.Agent;
-  request: typeof http.request;
-  /** The URL as request options, made once (a URL given to each request is converted each time). */
-  options: http.RequestOptions;
+  pool: Pool;
+  /** The request line's target: path and query. */
+  path: string;
+  /** `Basic ...` from the URL's credentials, or undefined. */
+  authorization: string | undefined;
+  connectTimeoutMs: number;
 }
 
 /** What one try gave: the response's status, `Retry-After` in ms, and the start of its body; or the failure of the exchange. */
@@ -31,23 +38,17 @@ export type Answer =
   | { status: number; retryAfterMs: number | undefined; snippet: string }
   | { failure: 'timeout' | 'connect-timeout' | 'network'; error: Error };
 
-/** A keep-alive agent with room for `sockets` connections. */
-export function endpoint(url: URL, shown: string, sockets: number): Endpoint {
-  const tls = url.protocol === 'https:';
-  const options = { keepAlive: true, maxSockets: sockets, maxFreeSockets: sockets, scheduling: 'lifo' as const };
-  const agent = tls ? new https.Agent(options) : new http.Agent(options);
-  const auth = url.username || url.password ? `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}` : undefined;
-  const request: http.RequestOptions = {
-    method: 'POST',
-    agent,
-    protocol: url.protocol,
-    // An IPv6 literal comes bracketed in a URL; the request wants it bare.
-    hostname: url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname,
-    port: url.port === '' ? undefined : Number(url.port),
-    path: `${url.pathname}${url.search}`,
-    ...(auth === undefined ? {} : { auth }),
-  };
-  return { url, shown, agent, request: tls ? https.request : http.request, options: request };
+/**
+ * A pool of up to `sockets` keep-alive connections to `url`'s origin. Its
+ * own timeouts for headers and body are off: `post` bounds the whole
+ * exchange itself. Certificates are verified (NODE_EXTRA_CA_CERTS adds a
+ * private CA, as for node:https).
+ */
+export function endpoint(url: URL, shown: string, sockets: number, connectTimeoutMs: number): Endpoint {
+  const pool = new Pool(url.origin, { connections: sockets, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, connect: { timeout: connectTimeoutMs } });
+  const authorization =
+    url.username || url.password ? `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}` : undefined;
+  return { url, shown, pool, path: `${url.pathname}${url.search}`, authorization, connectTimeoutMs };
 }
 
 /**
@@ -75,72 +76,80 @@ export class InFlight {
   }
 }
 
-/** Sends `body` with `headers` and resolves with the answer; never rejects. `inFlight.cancel` ends it with its reason as a network failure. */
-export function post(ep: Endpoint, headers: Record<string, string>, body: Buffer, ackTimeoutMs: number, connectTimeoutMs: number, inFlight: InFlight): Promise<Answer> {
+/** undici's code for a connection not made within `connect.timeout`. */
+const CONNECT_TIMEOUT = 'UND_ERR_CONNECT_TIMEOUT';
+
+/**
+ * Sends `body` with `headers` and resolves with the answer; never rejects.
+ * `inFlight.cancel` ends it with its reason as a network failure. An
+ * exchange ended early (timeout, cancel, a long answer) has its connection
+ * closed, so nothing of it is read as the next request's answer.
+ */
+export function post(ep: Endpoint, headers: Record<string, string>, body: Buffer, ackTimeoutMs: number, inFlight: InFlight): Promise<Answer> {
   return new Promise<Answer>((resolve) => {
     let settled = false;
-    let connectTimer: NodeJS.Timeout | undefined;
+    /** undici's hold on the exchange, once it has a connection; until then an end is applied when it gets one. */
+    let controller: Dispatcher.DispatchController | undefined;
+    let ended: Error | undefined;
+    let status = 0;
+    let retryAfterMs: number | undefined;
+    const chunks: Buffer[] = [];
+    let kept = 0;
+    let read = 0;
     const finish = (answer: Answer) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      clearTimeout(connectTimer);
-      inFlight.delete(onAbort);
+      inFlight.delete(onCancel);
       resolve(answer);
     };
-    const fail = (failure: 'timeout' | 'connect-timeout' | 'network', error: Error) => {
-      finish({ failure, error });
-      req.destroy();
+    /** Settles with `answer` and closes the connection: the exchange is not read to its end. */
+    const end = (answer: Answer) => {
+      finish(answer);
+      ended ??= 'error' in answer ? answer.error : new Error('the answer was longer than the sink reads');
+      controller?.abort(ended);
     };
-    headers['content-length'] = String(body.length);
-    const req = ep.request({ ...ep.options, headers });
-    const timer = setTimeout(() => fail('timeout', new Error(`no response within ${ackTimeoutMs} ms (ackTimeoutMs)`)), ackTimeoutMs);
-    const onAbort = (reason: Error) => fail('network', reason);
-    inFlight.add(onAbort);
-    req.once('socket', (socket: Socket) => {
-      if (!socket.connecting) return;
-      connectTimer = setTimeout(() => fail('connect-timeout', new Error(`no connection within ${connectTimeoutMs} ms (connectTimeoutMs)`)), connectTimeoutMs);
-      socket.once('connect', () => clearTimeout(connectTimer));
-    });
-    // `on`, not `once`: a request destroyed by a timeout may report more than one error.
-    req.on('error', (err) => finish({ failure: 'network', error: err }));
-    req.once('response', (res) => {
-      const status = res.statusCode ?? 0;
-      if (status >= 200 && status < 300) {
-        // Acknowledged: the answer's body is not looked at, only drained (or dropped when long) so the connection is reused.
-        let read = 0;
-        res.on('data', (chunk: Buffer) => {
-          read += chunk.length;
-          if (read > BODY_LIMIT) {
-            finish({ status, retryAfterMs: undefined, snippet: '' });
-            req.destroy();
-          }
-        });
-        res.once('end', () => finish({ status, retryAfterMs: undefined, snippet: '' }));
-        res.on('error', (err) => finish({ failure: 'network', error: err }));
-        return;
-      }
-      const chunks: Buffer[] = [];
-      let kept = 0;
-      let read = 0;
-      const done = (drop: boolean) => {
-        if (settled) return;
-        finish({ status, retryAfterMs: retryAfter(res.headers['retry-after']), snippet: Buffer.concat(chunks).toString('utf8') });
-        if (drop) req.destroy();
-      };
-      res.on('data', (chunk: Buffer) => {
+    const timer = setTimeout(() => end({ failure: 'timeout', error: new Error(`no response within ${ackTimeoutMs} ms (ackTimeoutMs)`) }), ackTimeoutMs);
+    const onCancel = (reason: Error) => end({ failure: 'network', error: reason });
+    inFlight.add(onCancel);
+    if (ep.authorization !== undefined) headers.authorization = ep.authorization;
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c;
+        if (ended) c.abort(ended);
+      },
+      onResponseStart(_c, statusCode, responseHeaders) {
+        status = statusCode;
+        if (status < 200 || status >= 300) {
+          const value = responseHeaders['retry-after'];
+          retryAfterMs = retryAfter(Array.isArray(value) ? value[0] : value);
+        }
+      },
+      onResponseData(_c, chunk) {
         read += chunk.length;
-        if (kept < SNIPPET_BYTES) {
+        // A 2xx acknowledges: its body is only drained so the connection is reused.
+        if (kept < SNIPPET_BYTES && (status < 200 || status >= 300)) {
           chunks.push(chunk.subarray(0, SNIPPET_BYTES - kept));
           kept += Math.min(chunk.length, SNIPPET_BYTES - kept);
         }
         // Past the limit: answer now and drop the connection rather than read on.
-        if (read > BODY_LIMIT) done(true);
-      });
-      res.once('end', () => done(false));
-      res.on('error', (err) => finish({ failure: 'network', error: err }));
-    });
-    req.end(body);
+        if (read > BODY_LIMIT) end({ status, retryAfterMs, snippet: Buffer.concat(chunks).toString('utf8') });
+      },
+      onResponseEnd() {
+        finish({ status, retryAfterMs, snippet: chunks.length === 0 ? '' : Buffer.concat(chunks).toString('utf8') });
+      },
+      onResponseError(_c, error) {
+        const code = (error as { code?: unknown }).code;
+        if (code === CONNECT_TIMEOUT) finish({ failure: 'connect-timeout', error: new Error(`no connection within ${ep.connectTimeoutMs} ms (connectTimeoutMs)`, { cause: error }) });
+        else finish({ failure: 'network', error });
+      },
+    };
+    try {
+      ep.pool.dispatch({ origin: ep.url.origin, method: 'POST', path: ep.path, headers, body }, handler);
+    } catch (err) {
+      // Arguments undici refuses (a header value it cannot send): that try failed as the network would.
+      finish({ failure: 'network', error: err instanceof Error ? err : new Error(String(err)) });
+    }
   });
 }
 

@@ -137,7 +137,7 @@ export class HttpSink implements Sink {
     this.connectTimeoutMs = resolved.connectTimeoutMs;
     this.retryMinMs = resolved.retryMinMs;
     this.retryMaxMs = resolved.retryMaxMs;
-    this.endpoint = endpoint(url.url, url.shown, this.concurrency);
+    this.endpoint = endpoint(url.url, url.shown, this.concurrency, this.connectTimeoutMs);
     const shown = this.format.format === 'tidemark' ? '' : ` as ${this.format.format}`;
     const batched = this.batchSize > 1 ? `, up to ${this.batchSize} events a request` : '';
     this.description = `POST ${url.shown}${shown}${batched}, ${this.key ? 'signed' : 'UNSIGNED (no secret: receivers cannot tell these requests from forged ones)'}`;
@@ -220,10 +220,10 @@ export class HttpSink implements Sink {
     if (failure) throw failure.error;
   }
 
-  /** Closes the idle keep-alive connections. Idempotent. */
+  /** Closes the keep-alive connections (a request still in flight fails, and is not sent again). Idempotent. */
   async close(): Promise<void> {
     this.closed = true;
-    this.endpoint.agent.destroy();
+    await this.endpoint.pool.destroy();
   }
 
   private prepare(run: readonly RelayMessage[]): Outgoing {
@@ -240,8 +240,9 @@ export class HttpSink implements Sink {
       headers['webhook-id'] = out.id;
       headers['webhook-timestamp'] = String(timestamp);
       if (this.key) headers['webhook-signature'] = signature(this.key, out.id, timestamp, out.body);
-      const answer = await post(this.endpoint, headers, out.body, this.ackTimeoutMs, this.connectTimeoutMs, inFlight);
+      const answer = await post(this.endpoint, headers, out.body, this.ackTimeoutMs, inFlight);
       if (signal.aborted) throw signal.reason;
+      if (this.closed) throw new ClosedError('HttpSink');
       if ('status' in answer && answer.status >= 200 && answer.status < 300) return;
       const error = this.failure(out, answer);
       if (!error.retryable) throw error;
