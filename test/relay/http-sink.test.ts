@@ -9,7 +9,9 @@
  */
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
+import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
+import { createServer as createTcpServer } from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
 import { after, test } from 'node:test';
 import { HTTP, type CloudEvent } from 'cloudevents';
@@ -17,7 +19,7 @@ import { ClosedError, InvalidOptionsError, SinkError } from '../../src/errors.js
 import type { RelayMessage, SinkRetry, SinkTarget } from '../../src/relay/sink.js';
 import { HttpSink, type HttpSinkOptions } from '../../src/relay/sinks/http/sink.js';
 import { signature, signingKey } from '../../src/relay/sinks/http/sign.js';
-import { BODY_LIMIT, retryAfter } from '../../src/relay/sinks/http/request.js';
+import { BODY_LIMIT, endpoint, InFlight, post, retryAfter } from '../../src/relay/sinks/http/request.js';
 import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { Receiver, seeded, type Received } from '../support/receiver.js';
 
@@ -265,6 +267,99 @@ test('an IPv6 literal URL reaches the receiver', async (t) => {
   await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
   await sink.publish([message(1), message(2, { key: 'other' })], never);
   assert.equal(server.requests(), 2);
+});
+
+/** A TCP server that answers every request with `answer` (raw HTTP/1.1 text), for answers node:http would not write. */
+async function rawAnswers(answer: string): Promise<{ url: string; requests: () => number }> {
+  let requests = 0;
+  const server = createTcpServer((socket) => {
+    let seen = '';
+    socket.on('data', (d: Buffer) => {
+      seen += d.toString('latin1');
+      // One request per empty line after its headers: the sink's bodies are small and come in the same write.
+      while (seen.includes('\r\n\r\n')) {
+        const end = seen.indexOf('\r\n\r\n') + 4;
+        const length = Number(/content-length: (\d+)/i.exec(seen.slice(0, end))?.[1] ?? 0);
+        if (seen.length < end + length) return;
+        seen = seen.slice(end + length);
+        requests += 1;
+        socket.write(answer);
+      }
+    });
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  after(() => server.close());
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, requests: () => requests };
+}
+
+async function openSink(url: string, options: Omit<HttpSinkOptions, 'url'> = {}): Promise<{ sink: HttpSink; retries: SinkRetry[] }> {
+  const sink = new HttpSink({ url, retryMinMs: 1, retryMaxMs: 5, ...options });
+  sinks.push(sink);
+  const retries: SinkRetry[] = [];
+  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN, onRetry: (r) => retries.push(r) }, never);
+  return { sink, retries };
+}
+
+test('a 204 or 304 with a Content-Length and no body is that answer, whole', BOUNDED, async () => {
+  const ok = await rawAnswers('HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n');
+  const { sink: okSink, retries } = await openSink(ok.url);
+  await okSink.publish([message(1), message(2)], never);
+  assert.equal(ok.requests(), 2);
+  assert.equal(retries.length, 0);
+  const notModified = await rawAnswers('HTTP/1.1 304 Not Modified\r\nContent-Length: 42\r\n\r\n');
+  const { sink } = await openSink(notModified.url);
+  const err = await sink.publish([message(3)], never).then(() => undefined, (e: unknown) => e);
+  assert.ok(err instanceof SinkError && !err.retryable && err.seq === undefined, `a 304 is about the endpoint: ${String(err)}`);
+  assert.match(err.message, /answered 304/);
+  assert.equal(notModified.requests(), 1);
+});
+
+test('a 100 Continue nobody asked for stops the sink, naming it, instead of sending the event again for ever', BOUNDED, async () => {
+  const server = await rawAnswers('HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
+  const { sink } = await openSink(server.url);
+  const err = await sink.publish([message(1)], never).then(() => undefined, (e: unknown) => e);
+  assert.ok(err instanceof SinkError && !err.retryable && err.seq === undefined, `about the endpoint, not the event: ${String(err)}`);
+  assert.match(err.message, /100 Continue/);
+  assert.equal(server.requests(), 1);
+});
+
+test('a request undici will not send is the event\'s refusal, not a network failure sent again', async () => {
+  const receiver = await new Receiver().start();
+  receivers.push(receiver);
+  const ep = endpoint(new URL(receiver.url), receiver.url, 1, 5_000);
+  after(() => ep.pool.destroy());
+  const answer = await post(ep, { 'x-bad': 'a\nb' }, Buffer.from('{}'), 5_000, new InFlight());
+  assert.ok('failure' in answer && answer.failure === 'unsendable', JSON.stringify(answer));
+  assert.equal(receiver.requests.length, 0);
+});
+
+test('cloudevents-binary copies traceparent and tracestate only when a header carries them as they are', async () => {
+  const { receiver, sink } = await setup(undefined, { format: 'cloudevents-binary' });
+  await sink.publish([message(1, { headersText: `{"traceparent": "${TRACE}", "tracestate": "k=v\\nx"}` })], never);
+  const [r] = receiver.requests;
+  assert.equal(r!.headers.traceparent, TRACE);
+  assert.equal(r!.headers.tracestate, undefined);
+});
+
+test('connectTimeoutMs bounds getting a connection: a listener that never accepts fails the try as a connect timeout', BOUNDED, async (t) => {
+  // A listening socket whose queue is full: the kernel drops further SYNs, so a connect neither succeeds nor fails.
+  const script = "import socket,time\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(0)\nprint(s.getsockname()[1],flush=True)\nf=[]\nfor i in range(3):\n c=socket.socket();c.setblocking(False)\n try: c.connect(('127.0.0.1',s.getsockname()[1]))\n except BlockingIOError: pass\n f.append(c)\ntime.sleep(30)\n";
+  const child = spawn('python3', ['-c', script], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const port = await new Promise<number | Error>((resolve) => {
+    child.once('error', resolve);
+    child.stdout!.once('data', (d: Buffer) => resolve(Number(String(d).trim())));
+  });
+  after(() => child.kill());
+  if (port instanceof Error) return t.skip(`needs python3 for a listener that never accepts (${port.message})`);
+  await new Promise((resolve) => setTimeout(resolve, 200)); // the fillers' connects queued first
+  const { sink, retries } = await openSink(`http://127.0.0.1:${port}/hook`, { connectTimeoutMs: 200, ackTimeoutMs: 60_000, retryMinMs: 60_000, retryMaxMs: 60_000 });
+  const stop = new AbortController();
+  const publishing = sink.publish([message(1)], stop.signal);
+  await waitFor(() => retries.length === 1, 'the first try failed');
+  assert.match((retries[0]!.error as Error).message, /no connection within 200 ms \(connectTimeoutMs\)/);
+  stop.abort(new Error('stop'));
+  await publishing.catch(() => undefined);
 });
 
 test('close fails a request in flight, which is not sent again', BOUNDED, async () => {

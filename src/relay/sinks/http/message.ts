@@ -101,7 +101,10 @@ export function single(message: RelayMessage, format: MessageFormat, origin: str
   } else if (format.format === 'cloudevents-binary') {
     for (const [name, value] of format.attributes(message, origin)) {
       if (name === 'datacontenttype') headers['content-type'] = value;
-      else if (name === 'traceparent' || name === 'tracestate') headers[name] = value;
+      else if (name === 'traceparent' || name === 'tracestate') {
+        // Copied as the tidemark format copies them: only a value a header carries as it is.
+        if (PLAIN_VALUE.test(value)) headers[name] = value;
+      }
       else headers[`ce-${name}`] = ceHeaderText(value);
     }
   }

@@ -11,9 +11,22 @@
  * dispatch API costs about half the CPU time of a `node:http` request per
  * event (measured: 43-55 µs against 80-94 µs on this workload), and the
  * relay's rate to a webhook is bound by that CPU time.
+ *
+ * Where undici differs from node:http, and what the sink makes of it:
+ * - a `100 Continue` the sink did not ask for (it never sends `Expect`)
+ *   breaks the exchange: that is the endpoint's fault (a proxy adding
+ *   `Expect`, say), not the event's, so it stops the relay rather than
+ *   being sent again for ever;
+ * - a 204 or 304 with a `Content-Length` and, rightly, no body counts as
+ *   that status (undici reports the length as a mismatch);
+ * - a header undici will not send is the event's refusal (its seq named),
+ *   not a network failure sent again for ever;
+ * - the connect timeout is a timer of our own (undici's ticks in about
+ *   half seconds), and `close` ends connections still being made.
  */
 import { Buffer } from 'node:buffer';
-import { Pool, type Dispatcher } from 'undici';
+import type { Socket } from 'node:net';
+import { buildConnector, errors, Pool, type Dispatcher } from 'undici';
 
 /** Response bytes kept for an error message. */
 export const SNIPPET_BYTES = 200;
@@ -31,12 +44,18 @@ export interface Endpoint {
   /** `Basic ...` from the URL's credentials, or undefined. */
   authorization: string | undefined;
   connectTimeoutMs: number;
+  /** Sockets still connecting: `close` ends them (the pool knows of a connection only once it is made). */
+  connecting: Set<Socket>;
 }
 
 /** What one try gave: the response's status, `Retry-After` in ms, and the start of its body; or the failure of the exchange. */
 export type Answer =
   | { status: number; retryAfterMs: number | undefined; snippet: string }
-  | { failure: 'timeout' | 'connect-timeout' | 'network'; error: Error };
+  | { failure: 'timeout' | 'connect-timeout' | 'network'; error: Error }
+  /** undici refused to send the request (a header value it cannot carry): the event's own refusal, never sent. */
+  | { failure: 'unsendable'; error: Error }
+  /** The receiver broke HTTP/1.1 (an unasked-for 100 Continue): the endpoint's fault, whatever the event. */
+  | { failure: 'protocol'; error: Error };
 
 /**
  * A pool of up to `sockets` keep-alive connections to `url`'s origin. Its
@@ -45,10 +64,35 @@ export type Answer =
  * private CA, as for node:https).
  */
 export function endpoint(url: URL, shown: string, sockets: number, connectTimeoutMs: number): Endpoint {
-  const pool = new Pool(url.origin, { connections: sockets, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, connect: { timeout: connectTimeoutMs } });
+  const connecting = new Set<Socket>();
+  // undici's own connect timeout off (0): ours below, a native timer.
+  const connector = buildConnector({ timeout: 0 });
+  const connect: buildConnector.connector = (options, callback) => {
+    // Set once the connector returned (its callback may come first, for a connection refused at once).
+    const made: { socket?: Socket; timer?: NodeJS.Timeout; done?: boolean } = {};
+    // The connector returns the socket it connects (its type says void).
+    const socket = (connector as unknown as (o: buildConnector.Options, cb: buildConnector.Callback) => Socket)(options, (...args) => {
+      made.done = true;
+      clearTimeout(made.timer);
+      if (made.socket) connecting.delete(made.socket);
+      callback(...args);
+    });
+    if (made.done) return;
+    made.socket = socket;
+    connecting.add(socket);
+    made.timer = setTimeout(() => socket.destroy(new errors.ConnectTimeoutError(`no connection within ${connectTimeoutMs} ms (connectTimeoutMs)`)), connectTimeoutMs);
+  };
+  const pool = new Pool(url.origin, { connections: sockets, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, connect });
   const authorization =
     url.username || url.password ? `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}` : undefined;
-  return { url, shown, pool, path: `${url.pathname}${url.search}`, authorization, connectTimeoutMs };
+  return { url, shown, pool, path: `${url.pathname}${url.search}`, authorization, connectTimeoutMs, connecting };
+}
+
+/** Ends the pool's connections, and those still being made. */
+export async function closeEndpoint(ep: Endpoint): Promise<void> {
+  for (const socket of ep.connecting) socket.destroy(new Error('the HTTP sink was closed'));
+  ep.connecting.clear();
+  await ep.pool.destroy();
 }
 
 /**
@@ -76,8 +120,10 @@ export class InFlight {
   }
 }
 
-/** undici's code for a connection not made within `connect.timeout`. */
+/** undici's codes: a connection not made in time; arguments it refuses; a body unlike its Content-Length. */
 const CONNECT_TIMEOUT = 'UND_ERR_CONNECT_TIMEOUT';
+const INVALID_ARG = 'UND_ERR_INVALID_ARG';
+const LENGTH_MISMATCH = 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH';
 
 /**
  * Sends `body` with `headers` and resolves with the answer; never rejects.
@@ -139,18 +185,32 @@ export function post(ep: Endpoint, headers: Record<string, string>, body: Buffer
         finish({ status, retryAfterMs, snippet: chunks.length === 0 ? '' : Buffer.concat(chunks).toString('utf8') });
       },
       onResponseError(_c, error) {
-        const code = (error as { code?: unknown }).code;
-        if (code === CONNECT_TIMEOUT) finish({ failure: 'connect-timeout', error: new Error(`no connection within ${ep.connectTimeoutMs} ms (connectTimeoutMs)`, { cause: error }) });
-        else finish({ failure: 'network', error });
+        finish(failed(error, status, controller !== undefined));
       },
     };
+    // Cancelled before it was sent (the publish failed meanwhile): nothing to send.
+    if (settled) return;
     try {
       ep.pool.dispatch({ origin: ep.url.origin, method: 'POST', path: ep.path, headers, body }, handler);
     } catch (err) {
-      // Arguments undici refuses (a header value it cannot send): that try failed as the network would.
-      finish({ failure: 'network', error: err instanceof Error ? err : new Error(String(err)) });
+      finish(failed(err instanceof Error ? err : new Error(String(err)), status, false));
     }
   });
+}
+
+/** The answer of an exchange undici ended with `error`: `status` the answer's status if one came, `sent` whether the request went out on a connection. */
+function failed(error: Error, status: number, sent: boolean): Answer {
+  const code = (error as { code?: unknown }).code;
+  if (code === CONNECT_TIMEOUT) return { failure: 'connect-timeout', error };
+  // 204 and 304 have no body whatever their Content-Length says (RFC 9110 8.6): the answer is whole.
+  if (code === LENGTH_MISMATCH && (status === 204 || status === 304)) return { status, retryAfterMs: undefined, snippet: '' };
+  if (code === INVALID_ARG) return { failure: 'unsendable', error };
+  // undici's one 'bad response' to a request sent and not yet answered is a 100 Continue (client-h1.js onHeadersComplete);
+  // the others are answers on a connection with no request, which fail the requests queued for it: a network failure.
+  if (code === 'UND_ERR_SOCKET' && error.message === 'bad response' && sent && status === 0) {
+    return { failure: 'protocol', error: new Error('the receiver answered 100 Continue to a request that did not ask for it (no Expect header): undici cannot read that exchange', { cause: error }) };
+  }
+  return { failure: 'network', error };
 }
 
 /** `Retry-After` in milliseconds from now: delay-seconds or an HTTP date; undefined when absent or unreadable. */

@@ -35,7 +35,7 @@ import { checkKnownOptions, echoValue, integerOption } from '../../../options.js
 import { messageFormat, type FormatOptions, type MessageFormat } from '../../format.js';
 import type { RelayMessage, Sink, SinkTarget } from '../../sink.js';
 import { batch, single, type Outgoing } from './message.js';
-import { endpoint, InFlight, post, type Answer, type Endpoint } from './request.js';
+import { closeEndpoint, endpoint, InFlight, post, type Answer, type Endpoint } from './request.js';
 import { signature, signingKey } from './sign.js';
 
 const NAME = 'http';
@@ -223,7 +223,7 @@ export class HttpSink implements Sink {
   /** Closes the keep-alive connections (a request still in flight fails, and is not sent again). Idempotent. */
   async close(): Promise<void> {
     this.closed = true;
-    await this.endpoint.pool.destroy();
+    await closeEndpoint(this.endpoint);
   }
 
   private prepare(run: readonly RelayMessage[]): Outgoing {
@@ -235,7 +235,7 @@ export class HttpSink implements Sink {
   private async deliver(out: Outgoing, signal: AbortSignal, inFlight: InFlight): Promise<void> {
     for (let attempt = 1; ; attempt += 1) {
       const timestamp = Math.floor(Date.now() / 1000);
-      // The request's own headers, set again for each try (node copies them when the request is made).
+      // The request's own headers, set again for each try (undici reads them when the request is dispatched).
       const headers = out.headers;
       headers['webhook-id'] = out.id;
       headers['webhook-timestamp'] = String(timestamp);
@@ -257,7 +257,11 @@ export class HttpSink implements Sink {
   private failure(out: Outgoing, answer: Answer): SinkError {
     const what = out.count === 1 ? `seq ${out.seq}` : `seq ${out.seq} and the ${out.count - 1} events after it`;
     if ('failure' in answer) {
-      return new SinkError(NAME, `${what}: ${this.endpoint.shown}: ${answer.error.message}`, { retryable: true, seq: out.seq, cause: answer.error });
+      const { failure, error } = answer;
+      // Not sendable: the event's own refusal. A broken protocol: the endpoint's (no seq: it stops the relay under either policy).
+      if (failure === 'unsendable') return new SinkError(NAME, `${what}: cannot be sent: ${error.message}`, { retryable: false, seq: out.seq, cause: error });
+      if (failure === 'protocol') return new SinkError(NAME, `${what}: ${this.endpoint.shown}: ${error.message}`, { retryable: false, cause: error });
+      return new SinkError(NAME, `${what}: ${this.endpoint.shown}: ${error.message}`, { retryable: true, seq: out.seq, cause: error });
     }
     const { status } = answer;
     const transient = status === 408 || status === 429 || status >= 500;
