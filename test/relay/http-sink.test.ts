@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTcpServer } from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
 import { after, test } from 'node:test';
@@ -204,21 +204,28 @@ test("the URL's credentials go as Basic authorization, its path and query as the
 });
 
 /** A node:http server on `host` (a free port) answering with `handle`, closed after the tests; its URL, its request count, and how many of its connections closed. */
-async function serve(handle: Parameters<typeof createServer>[1], host = '127.0.0.1'): Promise<{ server: Server; url: string; requests: () => number; closed: () => number }> {
+async function serve(
+  handle: Parameters<typeof createServer>[1],
+  host = '127.0.0.1',
+): Promise<{ server: Server; url: string; requests: () => number; connections: () => number; closed: () => number }> {
   let requests = 0;
+  let connections = 0;
   let closed = 0;
   const server = createServer((req, res) => {
     requests += 1;
     handle!(req, res);
   });
-  server.on('connection', (socket: Socket) => socket.once('close', () => (closed += 1)));
+  server.on('connection', (socket: Socket) => {
+    connections += 1;
+    socket.once('close', () => (closed += 1));
+  });
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, host, resolve));
   const { port } = server.address() as AddressInfo;
   after(() => {
     server.closeAllConnections();
     server.close();
   });
-  return { server, url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/hook`, requests: () => requests, closed: () => closed };
+  return { server, url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/hook`, requests: () => requests, connections: () => connections, closed: () => closed };
 }
 
 /** A server whose every answer is `status` with a body that never ends. */
@@ -270,7 +277,7 @@ test('an IPv6 literal URL reaches the receiver', async (t) => {
 });
 
 /** A TCP server that answers every request with `answer` (raw HTTP/1.1 text), for answers node:http would not write. */
-async function rawAnswers(answer: string): Promise<{ url: string; requests: () => number }> {
+async function rawAnswers(answer: string | (() => string)): Promise<{ url: string; requests: () => number }> {
   let requests = 0;
   const server = createTcpServer((socket) => {
     let seen = '';
@@ -283,7 +290,7 @@ async function rawAnswers(answer: string): Promise<{ url: string; requests: () =
         if (seen.length < end + length) return;
         seen = seen.slice(end + length);
         requests += 1;
-        socket.write(answer);
+        socket.write(typeof answer === 'string' ? answer : answer());
       }
     });
     socket.on('error', () => undefined);
@@ -315,13 +322,35 @@ test('a 204 or 304 with a Content-Length and no body is that answer, whole', BOU
   assert.equal(notModified.requests(), 1);
 });
 
-test('a 100 Continue nobody asked for stops the sink, naming it, instead of sending the event again for ever', BOUNDED, async () => {
-  const server = await rawAnswers('HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
-  const { sink } = await openSink(server.url);
-  const err = await sink.publish([message(1)], never).then(() => undefined, (e: unknown) => e);
-  assert.ok(err instanceof SinkError && !err.retryable && err.seq === undefined, `about the endpoint, not the event: ${String(err)}`);
-  assert.match(err.message, /100 Continue/);
-  assert.equal(server.requests(), 1);
+test('a 100 Continue nobody asked for fails that try, named in its retry, and the request is sent again', BOUNDED, async () => {
+  let answered = 0;
+  const server = await rawAnswers(() => (answered++ === 0 ? 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n' : 'HTTP/1.1 204 No Content\r\n\r\n'));
+  const { sink, retries } = await openSink(server.url);
+  await sink.publish([message(1)], never);
+  assert.equal(server.requests(), 2);
+  assert.equal(retries.length, 1);
+  assert.match((retries[0]!.error as Error).message, /answered 100 Continue to a request that did not ask for it/);
+});
+
+test('a try that timed out waiting for a connection leaves the connection it later gets to the next request', BOUNDED, async () => {
+  const held: ServerResponse[] = [];
+  const server = await serve((req, res) => {
+    req.resume();
+    req.once('end', () => (held.length === 0 ? held.push(res) : res.writeHead(204).end()));
+  });
+  const ep = endpoint(new URL(server.url), server.url, 1, 5_000);
+  after(() => ep.pool.destroy());
+  const first = post(ep, {}, Buffer.from('{}'), 60_000, new InFlight());
+  await waitFor(() => held.length === 1, 'the first request arrived');
+  // The pool's one connection is busy: this one waits for it, and gives up first.
+  const stale = await post(ep, {}, Buffer.from('{}'), 1, new InFlight());
+  assert.ok('failure' in stale && stale.failure === 'timeout');
+  held[0]!.writeHead(204).end();
+  assert.deepEqual(await first, { status: 204, retryAfterMs: undefined, snippet: '' });
+  const next = await post(ep, {}, Buffer.from('{}'), 60_000, new InFlight());
+  assert.ok('status' in next && next.status === 204);
+  assert.equal(server.requests(), 2, 'the stale try was never sent');
+  assert.equal(server.connections(), 1, 'one connection for both requests');
 });
 
 test('a request undici will not send is the event\'s refusal, not a network failure sent again', async () => {

@@ -1223,11 +1223,19 @@ const MUTANTS: Mutant[] = [
     tests: ['relay/http-sink'],
   },
   {
-    id: 'http-unasked-continue-retried',
-    what: 'an unasked-for 100 Continue is a network failure, sent again for ever',
+    id: 'http-unasked-continue-unnamed',
+    what: "an unasked-for 100 Continue is retried as undici's bare 'bad response', which names nothing",
     file: 'src/relay/sinks/http/request.ts',
-    find: "return { failure: 'protocol', error: new Error(",
-    replace: "return { failure: 'network', error: new Error(",
+    find: "if (code === 'UND_ERR_SOCKET' && error.message === 'bad response' && sent && status === 0) {",
+    replace: 'if (false) {',
+    tests: ['relay/http-sink'],
+  },
+  {
+    id: 'http-stale-try-closes-connection',
+    what: 'a try ended before it had a connection closes the connection it then gets',
+    file: 'src/relay/sinks/http/request.ts',
+    find: 'if (ended) throw ended;',
+    replace: 'if (ended) c.abort(ended);',
     tests: ['relay/http-sink'],
   },
   {

@@ -14,9 +14,8 @@
  *
  * Where undici differs from node:http, and what the sink makes of it:
  * - a `100 Continue` the sink did not ask for (it never sends `Expect`)
- *   breaks the exchange: that is the endpoint's fault (a proxy adding
- *   `Expect`, say), not the event's, so it stops the relay rather than
- *   being sent again for ever;
+ *   breaks the exchange (node:http skipped it): the try fails as a lost
+ *   connection would, and is sent again, its retry naming the 100;
  * - a 204 or 304 with a `Content-Length` and, rightly, no body counts as
  *   that status (undici reports the length as a mismatch);
  * - a header undici will not send is the event's refusal (its seq named),
@@ -53,9 +52,7 @@ export type Answer =
   | { status: number; retryAfterMs: number | undefined; snippet: string }
   | { failure: 'timeout' | 'connect-timeout' | 'network'; error: Error }
   /** undici refused to send the request (a header value it cannot carry): the event's own refusal, never sent. */
-  | { failure: 'unsendable'; error: Error }
-  /** The receiver broke HTTP/1.1 (an unasked-for 100 Continue): the endpoint's fault, whatever the event. */
-  | { failure: 'protocol'; error: Error };
+  | { failure: 'unsendable'; error: Error };
 
 /**
  * A pool of up to `sockets` keep-alive connections to `url`'s origin. Its
@@ -161,8 +158,10 @@ export function post(ep: Endpoint, headers: Record<string, string>, body: Buffer
     if (ep.authorization !== undefined) headers.authorization = ep.authorization;
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
+        // Ended while it waited for a connection: refuse to start. undici then fails the request and keeps the
+        // connection for the next one (an abort here would close it, unused).
+        if (ended) throw ended;
         controller = c;
-        if (ended) c.abort(ended);
       },
       onResponseStart(_c, statusCode, responseHeaders) {
         status = statusCode;
@@ -208,7 +207,7 @@ function failed(error: Error, status: number, sent: boolean): Answer {
   // undici's one 'bad response' to a request sent and not yet answered is a 100 Continue (client-h1.js onHeadersComplete);
   // the others are answers on a connection with no request, which fail the requests queued for it: a network failure.
   if (code === 'UND_ERR_SOCKET' && error.message === 'bad response' && sent && status === 0) {
-    return { failure: 'protocol', error: new Error('the receiver answered 100 Continue to a request that did not ask for it (no Expect header): undici cannot read that exchange', { cause: error }) };
+    return { failure: 'network', error: new Error('the receiver answered 100 Continue to a request that did not ask for it (no Expect header), which ends the exchange', { cause: error }) };
   }
   return { failure: 'network', error };
 }

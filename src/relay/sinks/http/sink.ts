@@ -258,9 +258,8 @@ export class HttpSink implements Sink {
     const what = out.count === 1 ? `seq ${out.seq}` : `seq ${out.seq} and the ${out.count - 1} events after it`;
     if ('failure' in answer) {
       const { failure, error } = answer;
-      // Not sendable: the event's own refusal. A broken protocol: the endpoint's (no seq: it stops the relay under either policy).
+      // Not sendable: the event's own refusal.
       if (failure === 'unsendable') return new SinkError(NAME, `${what}: cannot be sent: ${error.message}`, { retryable: false, seq: out.seq, cause: error });
-      if (failure === 'protocol') return new SinkError(NAME, `${what}: ${this.endpoint.shown}: ${error.message}`, { retryable: false, cause: error });
       return new SinkError(NAME, `${what}: ${this.endpoint.shown}: ${error.message}`, { retryable: true, seq: out.seq, cause: error });
     }
     const { status } = answer;
