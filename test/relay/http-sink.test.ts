@@ -16,10 +16,10 @@ import type { AddressInfo, Socket } from 'node:net';
 import { after, test } from 'node:test';
 import { HTTP, type CloudEvent } from 'cloudevents';
 import { ClosedError, InvalidOptionsError, SinkError } from '../../src/errors.js';
-import type { RelayMessage, SinkRetry, SinkTarget } from '../../src/relay/sink.js';
+import type { RelayMessage, SinkRetry } from '../../src/relay/sink.js';
 import { HttpSink, type HttpSinkOptions } from '../../src/relay/sinks/http/sink.js';
 import { signature, signingKey } from '../../src/relay/sinks/http/sign.js';
-import { BODY_LIMIT, endpoint, InFlight, post, retryAfter } from '../../src/relay/sinks/http/request.js';
+import { BODY_LIMIT, closeEndpoint, endpoint, InFlight, post, retryAfter } from '../../src/relay/sinks/http/request.js';
 import { EXACT_PAYLOAD, relayMessage, TEST_ORIGIN } from '../support/memory-sink.js';
 import { Receiver, seeded, type Received } from '../support/receiver.js';
 
@@ -43,15 +43,19 @@ after(async () => {
   await Promise.all(receivers.map((r) => r.stop()));
 });
 
+/** A sink to `url`, opened, quick to retry; the retries it reports. */
+async function openSink(url: string, options: Omit<HttpSinkOptions, 'url'> = {}): Promise<{ sink: HttpSink; retries: SinkRetry[] }> {
+  const sink = new HttpSink({ url, retryMinMs: 1, retryMaxMs: 5, ...options });
+  sinks.push(sink);
+  const retries: SinkRetry[] = [];
+  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN, onRetry: (r) => retries.push(r) }, never);
+  return { sink, retries };
+}
+
 async function setup(respond?: ConstructorParameters<typeof Receiver>[0], options: Omit<HttpSinkOptions, 'url'> = {}) {
   const receiver = await new Receiver(respond).start();
   receivers.push(receiver);
-  const sink = new HttpSink({ url: receiver.url, secret: SECRET, retryMinMs: 1, retryMaxMs: 5, ...options });
-  sinks.push(sink);
-  const retries: SinkRetry[] = [];
-  const target: SinkTarget = { schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN, onRetry: (r) => retries.push(r) };
-  await sink.open(target, never);
-  return { receiver, sink, retries };
+  return { receiver, ...(await openSink(receiver.url, { secret: SECRET, ...options })) };
 }
 
 /** The Standard Webhooks check, written out here rather than taken from the sink. */
@@ -193,9 +197,7 @@ test("the URL's credentials go as Basic authorization, its path and query as the
   const receiver = await new Receiver().start();
   receivers.push(receiver);
   const url = new URL(receiver.url);
-  const sink = new HttpSink({ url: `http://us%20er:p%40ss@${url.host}/in/hook?token=a%2Fb&x=1`, secret: SECRET });
-  sinks.push(sink);
-  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  const { sink } = await openSink(`http://us%20er:p%40ss@${url.host}/in/hook?token=a%2Fb&x=1`, { secret: SECRET });
   await sink.publish([message(1)], never);
   const [r] = receiver.requests;
   assert.equal(r!.url, '/in/hook?token=a%2Fb&x=1');
@@ -249,17 +251,13 @@ function endlessAnswers(status: number) {
 
 test(`an answer longer than ${BODY_LIMIT} bytes is not read on: a 2xx acknowledges, a refusal names its start; the connection is closed`, BOUNDED, async () => {
   const ok = await endlessAnswers(200);
-  const sink = new HttpSink({ url: ok.url, ackTimeoutMs: 60_000 });
-  sinks.push(sink);
-  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  const { sink } = await openSink(ok.url, { ackTimeoutMs: 60_000 });
   await sink.publish([message(1)], never);
   assert.equal(ok.requests(), 1, 'acknowledged once, not sent again');
   await waitFor(() => ok.closed() === 1, 'the connection of the long answer closed');
 
   const refusing = await endlessAnswers(422);
-  const refused = new HttpSink({ url: refusing.url, ackTimeoutMs: 60_000 });
-  sinks.push(refused);
-  await refused.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  const { sink: refused } = await openSink(refusing.url, { ackTimeoutMs: 60_000 });
   const err = await refused.publish([message(2)], never).then(() => undefined, (e: unknown) => e);
   assert.ok(err instanceof SinkError && !err.retryable && err.seq === 2n, `a refusal of seq 2: ${String(err)}`);
   assert.match(err.message, /answered 422: "the start of a long answer/);
@@ -269,9 +267,7 @@ test(`an answer longer than ${BODY_LIMIT} bytes is not read on: a 2xx acknowledg
 test('an IPv6 literal URL reaches the receiver', async (t) => {
   const server = await serve((req, res) => req.resume().once('end', () => res.writeHead(204).end()), '::1').catch((e: unknown) => e as Error);
   if (server instanceof Error) return t.skip(`this machine cannot listen on ::1 (${server.message})`);
-  const sink = new HttpSink({ url: server.url });
-  sinks.push(sink);
-  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN }, never);
+  const { sink } = await openSink(server.url);
   await sink.publish([message(1), message(2, { key: 'other' })], never);
   assert.equal(server.requests(), 2);
 });
@@ -298,14 +294,6 @@ async function rawAnswers(answer: string | (() => string)): Promise<{ url: strin
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   after(() => server.close());
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, requests: () => requests };
-}
-
-async function openSink(url: string, options: Omit<HttpSinkOptions, 'url'> = {}): Promise<{ sink: HttpSink; retries: SinkRetry[] }> {
-  const sink = new HttpSink({ url, retryMinMs: 1, retryMaxMs: 5, ...options });
-  sinks.push(sink);
-  const retries: SinkRetry[] = [];
-  await sink.open({ schema: 'tidemark', streams: ['orders'], republishWithinMs: 30_000, origin: TEST_ORIGIN, onRetry: (r) => retries.push(r) }, never);
-  return { sink, retries };
 }
 
 test('a 204 or 304 with a Content-Length and no body is that answer, whole', BOUNDED, async () => {
@@ -339,7 +327,7 @@ test('a try that timed out waiting for a connection leaves the connection it lat
     req.once('end', () => (held.length === 0 ? held.push(res) : res.writeHead(204).end()));
   });
   const ep = endpoint(new URL(server.url), server.url, 1, 5_000);
-  after(() => ep.pool.destroy());
+  after(() => closeEndpoint(ep));
   const first = post(ep, {}, Buffer.from('{}'), 60_000, new InFlight());
   await waitFor(() => held.length === 1, 'the first request arrived');
   // The pool's one connection is busy: this one waits for it, and gives up first.
@@ -357,7 +345,7 @@ test('a request undici will not send is the event\'s refusal, not a network fail
   const receiver = await new Receiver().start();
   receivers.push(receiver);
   const ep = endpoint(new URL(receiver.url), receiver.url, 1, 5_000);
-  after(() => ep.pool.destroy());
+  after(() => closeEndpoint(ep));
   const answer = await post(ep, { 'x-bad': 'a\nb' }, Buffer.from('{}'), 5_000, new InFlight());
   assert.ok('failure' in answer && answer.failure === 'unsendable', JSON.stringify(answer));
   assert.equal(receiver.requests.length, 0);

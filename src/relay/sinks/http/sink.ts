@@ -96,7 +96,6 @@ export class HttpSink implements Sink {
   readonly name = NAME;
   readonly description: string;
   readonly ackTimeoutMs: number;
-  private readonly connectTimeoutMs: number;
   private readonly concurrency: number;
   private readonly batchSize: number;
   private readonly retryMinMs: number;
@@ -134,10 +133,9 @@ export class HttpSink implements Sink {
     this.concurrency = resolved.concurrency;
     this.batchSize = resolved.batchSize;
     this.ackTimeoutMs = resolved.ackTimeoutMs;
-    this.connectTimeoutMs = resolved.connectTimeoutMs;
     this.retryMinMs = resolved.retryMinMs;
     this.retryMaxMs = resolved.retryMaxMs;
-    this.endpoint = endpoint(url.url, url.shown, this.concurrency, this.connectTimeoutMs);
+    this.endpoint = endpoint(url.url, url.shown, this.concurrency, resolved.connectTimeoutMs);
     const shown = this.format.format === 'tidemark' ? '' : ` as ${this.format.format}`;
     const batched = this.batchSize > 1 ? `, up to ${this.batchSize} events a request` : '';
     this.description = `POST ${url.shown}${shown}${batched}, ${this.key ? 'signed' : 'UNSIGNED (no secret: receivers cannot tell these requests from forged ones)'}`;
