@@ -211,11 +211,22 @@ function plainRequest(e: PlainRequest, stream: string): { body: Buffer; headers:
   return { body, headers };
 }
 
+/** The time CONCURRENCY workers take to `post` every request, each taking the next one free (no order kept). */
+async function workers(bodies: PlainRequest[], post: (event: PlainRequest) => Promise<void>): Promise<number> {
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < bodies.length) await post(bodies[next++]!);
+    }),
+  );
+  return performance.now() - start;
+}
+
 /** The plain side on undici, the sink's client: the same requests by CONCURRENCY workers over a pool of CONCURRENCY connections, no order kept. */
 async function undiciPost(url: string, bodies: PlainRequest[]): Promise<number> {
   const target = new URL(url);
   const pool = new UndiciPool(target.origin, { connections: CONCURRENCY, pipelining: 1 });
-  let next = 0;
   const post = (event: PlainRequest) =>
     new Promise<void>((resolve, reject) => {
       const { body, headers } = plainRequest(event, 'bench');
@@ -234,13 +245,7 @@ async function undiciPost(url: string, bodies: PlainRequest[]): Promise<number> 
         },
       );
     });
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next < bodies.length) await post(bodies[next++]!);
-    }),
-  );
-  const ms = performance.now() - start;
+  const ms = await workers(bodies, post);
   await pool.close();
   return ms;
 }
@@ -249,7 +254,6 @@ async function undiciPost(url: string, bodies: PlainRequest[]): Promise<number> 
 async function plainPost(url: string, bodies: PlainRequest[]): Promise<number> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY, maxFreeSockets: CONCURRENCY });
   const target = new URL(url);
-  let next = 0;
   const post = (event: PlainRequest) =>
     new Promise<void>((resolve, reject) => {
       const { body, headers } = plainRequest(event, 'bench');
@@ -260,13 +264,7 @@ async function plainPost(url: string, bodies: PlainRequest[]): Promise<number> {
       req.once('error', reject);
       req.end(body);
     });
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next < bodies.length) await post(bodies[next++]!);
-    }),
-  );
-  const ms = performance.now() - start;
+  const ms = await workers(bodies, post);
   agent.destroy();
   return ms;
 }
